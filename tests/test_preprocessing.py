@@ -1,0 +1,116 @@
+"""The served preprocessing against an independent reference implementation (no server).
+
+The reference decodes with Pillow (not OpenCV) and resizes with a plain numpy
+bicubic (Keys kernel, a = -0.75, half-pixel centres, replicated border: the
+convention of cv2.INTER_CUBIC and of TF/PyTorch "bicubic" without antialias),
+then crops and normalizes with parameters read from the same config. PNG
+photos decode identically in both libraries; the remaining difference is
+OpenCV's 11-bit fixed-point interpolation and 1/32-pixel coordinate grid,
+bounded below.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from vision_serving import model_config, preprocessing
+from vision_serving.image_codec import decode_rgb
+
+PNG_PHOTOS = ["chelsea", "coffee", "camera", "astronaut"]
+# In normalized units (one uint8 level is 1/128 here).
+MAX_ABS_TOLERANCE = 3 / 128
+MEAN_ABS_TOLERANCE = 0.25 / 128
+
+
+@pytest.fixture(scope="module")
+def preprocess_config():
+    return model_config.load_config(model_config.MODEL_REPOSITORY / "preprocess")
+
+
+@pytest.fixture(scope="module")
+def spec(preprocess_config):
+    return preprocessing.PreprocessSpec.from_config(preprocess_config)
+
+
+def cubic_weights(in_size: int, out_size: int, a: float = -0.75) -> np.ndarray:
+    """[out_size, in_size] interpolation matrix of a 1-D bicubic resize."""
+    matrix = np.zeros((out_size, in_size))
+    for d in range(out_size):
+        source = (d + 0.5) * in_size / out_size - 0.5
+        base = int(np.floor(source))
+        t = source - base
+        for offset in range(-1, 3):
+            x = abs(offset - t)
+            weight = (a + 2) * x**3 - (a + 3) * x**2 + 1 if x <= 1 else a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a
+            matrix[d, min(max(base + offset, 0), in_size - 1)] += weight
+    return matrix
+
+
+def reference_preprocess(data: bytes, spec: preprocessing.PreprocessSpec) -> np.ndarray:
+    image = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.float64)
+    height, width = image.shape[:2]
+    short = spec.resize_shorter_side
+    new_w, new_h = (short, int(short * height / width)) if width <= height else (int(short * width / height), short)
+    rows, cols = cubic_weights(height, new_h), cubic_weights(width, new_w)
+    resized = np.stack([rows @ image[..., c] @ cols.T for c in range(3)], axis=-1)
+    resized = np.clip(np.rint(resized), 0, 255)
+    top, left = int(round((new_h - spec.crop_size) / 2)), int(round((new_w - spec.crop_size) / 2))
+    crop = resized[top : top + spec.crop_size, left : left + spec.crop_size]
+    normalized = (crop - np.array(spec.mean)) / np.array(spec.std)
+    return normalized.transpose(2, 0, 1).astype(np.float32)
+
+
+def test_spec_is_read_from_the_config(spec):
+    assert spec.crop_size == 224 and spec.resize_shorter_side == 256
+    assert spec.interpolation == "bicubic" and spec.layout == "NCHW" and spec.color_order == "RGB"
+    assert spec.mean == (127.0, 127.0, 127.0) and spec.std == (128.0, 128.0, 128.0)
+    assert spec.output_shape == (3, 224, 224)
+
+
+@pytest.mark.parametrize("name", PNG_PHOTOS)
+def test_matches_reference_on_real_photos(name, photo_bytes, spec, preprocess_config):
+    data = photo_bytes[name]
+    limits = preprocessing.limits_from_config(preprocess_config)
+    served = preprocessing.preprocess_batch([decode_rgb(data, limits)], spec)[0]
+    expected = reference_preprocess(data, spec)
+    assert served.shape == expected.shape == spec.output_shape
+    difference = np.abs(served - expected)
+    assert difference.max() <= MAX_ABS_TOLERANCE, f"{name}: max |diff| {difference.max() * 128:.2f} levels"
+    assert difference.mean() <= MEAN_ABS_TOLERANCE, f"{name}: mean |diff| {difference.mean() * 128:.3f} levels"
+
+
+def test_batch_equals_one_by_one(photo_bytes, spec, preprocess_config):
+    limits = preprocessing.limits_from_config(preprocess_config)
+    images = [decode_rgb(photo_bytes[name], limits) for name in PNG_PHOTOS]
+    batch = preprocessing.preprocess_batch(images, spec)
+    assert batch.dtype == np.float32 and batch.flags.c_contiguous
+    for index, image in enumerate(images):
+        assert np.array_equal(batch[index], preprocessing.preprocess_batch([image], spec)[0])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 5000), (3000, 2), (7, 300)])
+def test_tiny_and_elongated_images(shape, spec):
+    image = np.full((*shape, 3), 200, dtype=np.uint8)
+    out = preprocessing.preprocess_batch([image], spec)
+    assert out.shape == (1, *spec.output_shape)
+    np.testing.assert_allclose(out, (200 - 127) / 128, atol=1e-6)
+
+
+def test_layout_and_color_order_options(spec):
+    rng = np.random.default_rng(2)
+    image = rng.integers(0, 256, size=(300, 400, 3), dtype=np.uint8)
+    nchw = preprocessing.preprocess_batch([image], spec)[0]
+    nhwc_bgr = preprocessing.PreprocessSpec(**{**spec.__dict__, "layout": "NHWC", "color_order": "BGR"})
+    other = preprocessing.preprocess_batch([image], nhwc_bgr)[0]
+    np.testing.assert_array_equal(other[..., ::-1].transpose(2, 0, 1), nchw)
+
+
+def test_bad_parameters_are_config_errors(spec):
+    with pytest.raises(model_config.ConfigError, match="interpolation 'lanczos'"):
+        preprocessing.PreprocessSpec(**{**spec.__dict__, "interpolation": "lanczos"})
+    with pytest.raises(model_config.ConfigError, match="smaller than the crop"):
+        preprocessing.PreprocessSpec(**{**spec.__dict__, "resize_shorter_side": 200})

@@ -1,0 +1,225 @@
+"""Check a model repository before Triton sees it.
+
+    python -m vision_serving.consistency [--repository model_repository]
+
+Parses every ``config.pbtxt`` and ``configs/*.pbtxt`` with Triton's own
+protobuf schema, then verifies what Triton only reports at load or request
+time, often cryptically: each ensemble step's ``input_map``/``output_map``
+names exist on the composing model with matching dtypes and dims, every
+required input is fed, every ensemble output is produced, batch sizes fit;
+the config variants of one model (TensorRT vs CPU) expose identical tensors;
+built ONNX files match the config that serves them; preprocessing parameters
+and label files agree with the tensors they describe. Exit code 1 lists every
+problem found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import model_config
+from .model_config import ConfigError, ModelConfig
+
+ONNX_DTYPES = {1: "TYPE_FP32", 10: "TYPE_FP16", 6: "TYPE_INT32", 7: "TYPE_INT64", 3: "TYPE_INT8", 2: "TYPE_UINT8", 9: "TYPE_BOOL"}
+
+
+def _dims(item) -> list[int]:
+    return [int(d) for d in item.dims]
+
+
+def _dims_compatible(a: list[int], b: list[int]) -> bool:
+    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
+
+
+def _type(item) -> str:
+    return model_config.model_config_pb2.DataType.Name(item.data_type)
+
+
+def load_repository(repository: Path) -> tuple[dict[str, dict[str, ModelConfig]], list[str]]:
+    """{model name: {variant ('' for config.pbtxt, else the configs/ name): config}} and parse problems."""
+    models: dict[str, dict[str, ModelConfig]] = {}
+    problems: list[str] = []
+    for model_dir in sorted(p for p in repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        files = [("", model_dir / "config.pbtxt")] + [(p.stem, p) for p in sorted(model_dir.glob("configs/*.pbtxt"))]
+        for variant, path in files:
+            if not path.is_file():
+                problems.append(f"{model_dir.name}: no config.pbtxt")
+                continue
+            try:
+                config = model_config.parse_config_text(path.read_text(), str(path.relative_to(repository.parent)))
+            except ConfigError as error:
+                problems.append(str(error))
+                continue
+            if config.name != model_dir.name:
+                problems.append(f"{path}: name '{config.name}' differs from its folder '{model_dir.name}'")
+            models.setdefault(model_dir.name, {})[variant] = config
+    return models, problems
+
+
+def check_variants(name: str, variants: dict[str, ModelConfig]) -> list[str]:
+    """All configs of one model must expose the same tensors and batch size."""
+    problems = []
+    reference_variant, reference = next(iter(variants.items()))
+
+    def signature(config: ModelConfig):
+        return (
+            config.max_batch_size,
+            [(t.name, _type(t), _dims(t), t.optional) for t in config.input],
+            [(t.name, _type(t), _dims(t)) for t in config.output],
+        )
+
+    for variant, config in variants.items():
+        if signature(config) != signature(reference):
+            problems.append(
+                f"{name}: configs/{variant}.pbtxt and {reference_variant or 'config'}.pbtxt differ in "
+                "inputs, outputs or max_batch_size; the ensemble needs them identical"
+            )
+    return problems
+
+
+def check_ensemble(ensemble: ModelConfig, models: dict[str, ModelConfig]) -> list[str]:
+    problems: list[str] = []
+    where = f"ensemble '{ensemble.name}'"
+    # Tensor name in the ensemble -> (dtype, dims) as declared by its producer.
+    available = {t.name: (_type(t), _dims(t)) for t in ensemble.input}
+    for index, step in enumerate(ensemble.ensemble_scheduling.step):
+        step_where = f"{where} step {index} ('{step.model_name}')"
+        model = models.get(step.model_name)
+        if model is None:
+            problems.append(f"{step_where}: no such model in the repository")
+            continue
+        if ensemble.max_batch_size > model.max_batch_size:
+            problems.append(
+                f"{step_where}: ensemble max_batch_size {ensemble.max_batch_size} exceeds the model's {model.max_batch_size}"
+            )
+        model_inputs = {t.name: t for t in model.input}
+        for model_input, ensemble_tensor in step.input_map.items():
+            target = model_inputs.get(model_input)
+            if target is None:
+                problems.append(f"{step_where}: input_map key '{model_input}' is not an input of the model ({sorted(model_inputs)})")
+                continue
+            if ensemble_tensor not in available:
+                problems.append(f"{step_where}: input_map value '{ensemble_tensor}' is not produced by an earlier step or an ensemble input")
+                continue
+            dtype, dims = available[ensemble_tensor]
+            if dtype != _type(target) or not _dims_compatible(dims, _dims(target)):
+                problems.append(
+                    f"{step_where}: '{ensemble_tensor}' is {dtype}{dims} but input '{model_input}' expects {_type(target)}{_dims(target)}"
+                )
+        for name, target in model_inputs.items():
+            if name not in step.input_map and not target.optional:
+                problems.append(f"{step_where}: required input '{name}' is not mapped")
+        model_outputs = {t.name: t for t in model.output}
+        for model_output, ensemble_tensor in step.output_map.items():
+            source = model_outputs.get(model_output)
+            if source is None:
+                problems.append(f"{step_where}: output_map key '{model_output}' is not an output of the model ({sorted(model_outputs)})")
+                continue
+            available[ensemble_tensor] = (_type(source), _dims(source))
+    for output in ensemble.output:
+        if output.name not in available:
+            problems.append(f"{where}: output '{output.name}' is not produced by any step")
+            continue
+        dtype, dims = available[output.name]
+        if dtype != _type(output) or not _dims_compatible(dims, _dims(output)):
+            problems.append(f"{where}: output '{output.name}' is declared {_type(output)}{_dims(output)} but produced as {dtype}{dims}")
+    return problems
+
+
+def check_onnx(config: ModelConfig, version_dirs: list[Path]) -> list[str]:
+    """An ONNX named by ``onnx_file`` must have exactly the config's tensors (plus a batch dim)."""
+    import onnx
+
+    problems = []
+    filename = model_config.parameter(config, "onnx_file")
+    for version_dir in version_dirs:
+        path = version_dir / filename
+        if not path.is_file():
+            continue  # not built yet: the server reports it at load time
+        graph = onnx.load(str(path), load_external_data=False).graph
+        initializers = {i.name for i in graph.initializer}
+        for kind, declared, actual in (
+            ("input", config.input, [v for v in graph.input if v.name not in initializers]),
+            ("output", config.output, list(graph.output)),
+        ):
+            declared_sig = [(t.name, _type(t), ([-1] if config.max_batch_size > 0 else []) + _dims(t)) for t in declared]
+            actual_sig = [
+                (
+                    v.name,
+                    ONNX_DTYPES.get(v.type.tensor_type.elem_type, str(v.type.tensor_type.elem_type)),
+                    [d.dim_value if d.HasField("dim_value") else -1 for d in v.type.tensor_type.shape.dim],
+                )
+                for v in actual
+            ]
+            if len(declared_sig) != len(actual_sig) or any(
+                d[0] != a[0] or d[1] != a[1] or not _dims_compatible(d[2], a[2]) for d, a in zip(declared_sig, actual_sig)
+            ):
+                problems.append(f"{path}: ONNX {kind}s {actual_sig} do not match config '{config.name}' {declared_sig}")
+    return problems
+
+
+def check_model_parameters(config: ModelConfig, model_dir: Path) -> list[str]:
+    """Preprocessing and postprocessing parameters agree with the tensors they describe."""
+    from . import postprocessing, preprocessing
+
+    problems = []
+    try:
+        if "resize_shorter_side" in config.parameters:
+            preprocessing.PreprocessSpec.from_config(config)
+            preprocessing.limits_from_config(config)
+        if "labels_file" in config.parameters:
+            logits = model_config.tensor(config, "LOGITS")
+            labels = model_dir / model_config.parameter(config, "labels_file")
+            if labels.is_file():
+                postprocessing.load_labels(labels, int(logits.dims[-1]))
+            postprocessing.validate_k(model_config.int_parameter(config, "top_k"), int(logits.dims[-1]))
+    except (ConfigError, ValueError) as error:
+        problems.append(f"{config.name}: {error}")
+    return problems
+
+
+def check_repository(repository: Path) -> list[str]:
+    models, problems = load_repository(repository)
+    for name, variants in models.items():
+        problems += check_variants(name, variants)
+        for config in variants.values():
+            problems += check_model_parameters(config, repository / name)
+            if "onnx_file" in config.parameters:
+                version_dirs = sorted(p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit())
+                problems += check_onnx(config, version_dirs)
+    # Every variant combination an ensemble can meet: each config name, falling back to config.pbtxt.
+    variant_names = sorted({v for variants in models.values() for v in variants})
+    for name, variants in models.items():
+        for ensemble in variants.values():
+            if ensemble.platform != "ensemble":
+                continue
+            for variant in variant_names:
+                resolved = {m: vs.get(variant, vs.get("")) for m, vs in models.items() if vs.get(variant, vs.get(""))}
+                for problem in check_ensemble(ensemble, resolved):
+                    label = f" (with --model-config-name={variant})" if variant else ""
+                    problems.append(problem + label)
+    return list(dict.fromkeys(problems))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m vision_serving.consistency", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repository", type=Path, default=model_config.MODEL_REPOSITORY)
+    args = parser.parse_args(argv)
+    if not args.repository.is_dir():
+        print(f"error: {args.repository} is not a directory", file=sys.stderr)
+        return 2
+    problems = check_repository(args.repository)
+    for problem in problems:
+        print(f"problem: {problem}")
+    models, _ = load_repository(args.repository)
+    if problems:
+        print(f"{len(problems)} problem(s) in {args.repository}")
+        return 1
+    print(f"ok: {len(models)} models in {args.repository}: configs, ensemble wiring and ONNX I/O agree")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

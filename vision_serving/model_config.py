@@ -1,0 +1,133 @@
+"""Read Triton ``config.pbtxt`` files with Triton's own protobuf schema.
+
+The model repository's configs are the single source of truth for tensor
+names, dtypes, dims and the preprocessing/postprocessing parameters. Code
+reads them through this module instead of repeating literals.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+ModelConfig = model_config_pb2.ModelConfig
+
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+MODEL_REPOSITORY = REPOSITORY_ROOT / "model_repository"
+
+# Triton config dtype -> numpy dtype. TYPE_STRING tensors are numpy object arrays of bytes.
+_NUMPY_DTYPES: Mapping[int, np.dtype] = {
+    model_config_pb2.TYPE_BOOL: np.dtype(np.bool_),
+    model_config_pb2.TYPE_UINT8: np.dtype(np.uint8),
+    model_config_pb2.TYPE_INT8: np.dtype(np.int8),
+    model_config_pb2.TYPE_INT32: np.dtype(np.int32),
+    model_config_pb2.TYPE_INT64: np.dtype(np.int64),
+    model_config_pb2.TYPE_FP16: np.dtype(np.float16),
+    model_config_pb2.TYPE_FP32: np.dtype(np.float32),
+    model_config_pb2.TYPE_FP64: np.dtype(np.float64),
+    model_config_pb2.TYPE_STRING: np.dtype(np.object_),
+}
+
+
+class ConfigError(ValueError):
+    """A model configuration is missing, unparsable or inconsistent."""
+
+
+def parse_config_text(text: str, source: str = "<string>") -> ModelConfig:
+    """Parse protobuf text format into a ``ModelConfig``; errors name the source."""
+    config = ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    return config
+
+
+def config_path(model_dir: Path, config_name: str | None = None) -> Path:
+    """The file Triton loads for a model: ``configs/<name>.pbtxt`` if it exists, else ``config.pbtxt``.
+
+    This mirrors ``tritonserver --model-config-name``.
+    """
+    if config_name:
+        candidate = model_dir / "configs" / f"{config_name}.pbtxt"
+        if candidate.is_file():
+            return candidate
+    return model_dir / "config.pbtxt"
+
+
+def load_config(model_dir: Path | str, config_name: str | None = None) -> ModelConfig:
+    path = config_path(Path(model_dir), config_name)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such model configuration")
+    return parse_config_text(path.read_text(), str(path))
+
+
+def config_from_triton_json(model_config_json: str) -> ModelConfig:
+    """The ``args['model_config']`` JSON that Triton passes to ``initialize``."""
+    config = ModelConfig()
+    json_format.Parse(model_config_json, config, ignore_unknown_fields=True)
+    return config
+
+
+def parameter(config: ModelConfig, key: str, default: str | None = None) -> str:
+    """A string parameter; raises ``ConfigError`` naming the model if it is absent."""
+    if key in config.parameters:
+        return config.parameters[key].string_value
+    if default is not None:
+        return default
+    raise ConfigError(f"model '{config.name}': missing parameter '{key}'")
+
+
+def int_parameter(config: ModelConfig, key: str, default: int | None = None) -> int:
+    raw = parameter(config, key, None if default is None else str(default))
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"model '{config.name}': parameter '{key}' must be an integer, got {raw!r}") from None
+
+
+def float_list_parameter(config: ModelConfig, key: str) -> list[float]:
+    raw = parameter(config, key)
+    try:
+        return [float(item) for item in raw.split(",")]
+    except ValueError:
+        raise ConfigError(f"model '{config.name}': parameter '{key}' must be comma-separated numbers, got {raw!r}") from None
+
+
+def tensor(config: ModelConfig, name: str, kind: str = "input"):
+    """The ``ModelInput`` or ``ModelOutput`` called ``name``."""
+    tensors = config.input if kind == "input" else config.output
+    for item in tensors:
+        if item.name == name:
+            return item
+    raise ConfigError(f"model '{config.name}': no {kind} named '{name}'")
+
+
+def only_tensor(config: ModelConfig, kind: str):
+    """The single input (or output) of a model that has exactly one."""
+    tensors = config.input if kind == "input" else config.output
+    if len(tensors) != 1:
+        raise ConfigError(f"model '{config.name}': expected exactly one {kind}, found {len(tensors)}")
+    return tensors[0]
+
+
+def numpy_dtype(data_type: int) -> np.dtype:
+    try:
+        return _NUMPY_DTYPES[data_type]
+    except KeyError:
+        raise ConfigError(f"unsupported data type {model_config_pb2.DataType.Name(data_type)}") from None
+
+
+def dtype_name(data_type: int) -> str:
+    """``TYPE_FP32`` -> ``FP32`` (the KServe/tritonclient spelling; STRING is ``BYTES``)."""
+    name = model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def to_json(config: ModelConfig) -> str:
+    return json.dumps(json_format.MessageToDict(config), indent=2)

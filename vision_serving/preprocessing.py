@@ -1,0 +1,171 @@
+"""Resize, center-crop and normalize decoded images into one model-input batch.
+
+The parameters come from the preprocess model's ``config.pbtxt``
+(``PreprocessSpec.from_config``), so a model version carries its own
+preprocessing. Resize-shorter-side + center-crop is computed as a single
+affine warp that evaluates only the cropped output pixels: the result equals
+``cv2.resize`` followed by a crop (up to OpenCV's fixed-point rounding), but a
+very elongated image never allocates its huge resized intermediate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import cv2
+import numpy as np
+
+from . import model_config
+from .image_codec import ImageError, ImageLimits, decode_rgb
+
+INTERPOLATIONS = {
+    "bicubic": cv2.INTER_CUBIC,
+    "bilinear": cv2.INTER_LINEAR,
+    "nearest": cv2.INTER_NEAREST,
+}
+LAYOUTS = ("NCHW", "NHWC")
+COLOR_ORDERS = ("RGB", "BGR")
+
+
+@dataclass(frozen=True)
+class PreprocessSpec:
+    crop_size: int
+    resize_shorter_side: int
+    interpolation: str
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    layout: str = "NCHW"
+    color_order: str = "RGB"
+
+    def __post_init__(self) -> None:
+        if self.interpolation not in INTERPOLATIONS:
+            raise model_config.ConfigError(
+                f"interpolation {self.interpolation!r} is not one of {sorted(INTERPOLATIONS)}"
+            )
+        if self.layout not in LAYOUTS:
+            raise model_config.ConfigError(f"layout {self.layout!r} is not one of {LAYOUTS}")
+        if self.color_order not in COLOR_ORDERS:
+            raise model_config.ConfigError(f"color_order {self.color_order!r} is not one of {COLOR_ORDERS}")
+        if len(self.mean) != 3 or len(self.std) != 3:
+            raise model_config.ConfigError("mean and std need three values, one per channel")
+        if any(value <= 0 for value in self.std):
+            raise model_config.ConfigError("std values must be positive")
+        if self.resize_shorter_side < self.crop_size:
+            raise model_config.ConfigError(
+                f"resize_shorter_side {self.resize_shorter_side} is smaller than the crop {self.crop_size}"
+            )
+
+    @property
+    def output_shape(self) -> tuple[int, int, int]:
+        """Shape of one preprocessed image, without the batch dimension."""
+        if self.layout == "NCHW":
+            return (3, self.crop_size, self.crop_size)
+        return (self.crop_size, self.crop_size, 3)
+
+    @classmethod
+    def from_config(cls, config: model_config.ModelConfig) -> "PreprocessSpec":
+        layout = model_config.parameter(config, "layout")
+        dims = list(model_config.only_tensor(config, "output").dims)
+        if len(dims) != 3:
+            raise model_config.ConfigError(f"model '{config.name}': output dims {dims} are not 3-D")
+        channels, height, width = dims if layout == "NCHW" else (dims[2], dims[0], dims[1])
+        if channels != 3 or height != width:
+            raise model_config.ConfigError(
+                f"model '{config.name}': output dims {dims} are not a square 3-channel {layout} image"
+            )
+        return cls(
+            crop_size=height,
+            resize_shorter_side=model_config.int_parameter(config, "resize_shorter_side"),
+            interpolation=model_config.parameter(config, "interpolation"),
+            mean=tuple(model_config.float_list_parameter(config, "mean")),  # type: ignore[arg-type]
+            std=tuple(model_config.float_list_parameter(config, "std")),  # type: ignore[arg-type]
+            layout=layout,
+            color_order=model_config.parameter(config, "color_order"),
+        )
+
+
+def limits_from_config(config: model_config.ModelConfig) -> ImageLimits:
+    return ImageLimits(
+        max_bytes=model_config.int_parameter(config, "max_image_bytes"),
+        max_pixels=model_config.int_parameter(config, "max_image_pixels"),
+        accepted_formats=tuple(model_config.parameter(config, "accepted_formats").split(",")),
+    )
+
+
+def resized_size(width: int, height: int, shorter_side: int) -> tuple[int, int]:
+    """(width, height) after scaling the shorter side to ``shorter_side`` (torchvision's rounding)."""
+    if width <= height:
+        return shorter_side, int(shorter_side * height / width)
+    return int(shorter_side * width / height), shorter_side
+
+
+def resize_and_crop(image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
+    """HxWx3 uint8 -> crop x crop x 3 uint8: resize shorter side, then center-crop."""
+    height, width = image.shape[:2]
+    new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
+    crop = spec.crop_size
+    left = int(round((new_width - crop) / 2.0))
+    top = int(round((new_height - crop) / 2.0))
+    scale_x = new_width / width
+    scale_y = new_height / height
+    # Output pixel (x, y) is resized pixel (x + left, y + top), whose source
+    # coordinate under cv2.resize's half-pixel convention is (d + 0.5) / s - 0.5.
+    inverse_map = np.array(
+        [
+            [1.0 / scale_x, 0.0, (left + 0.5) / scale_x - 0.5],
+            [0.0, 1.0 / scale_y, (top + 0.5) / scale_y - 0.5],
+        ],
+        dtype=np.float64,
+    )
+    return cv2.warpAffine(
+        image,
+        inverse_map,
+        (crop, crop),
+        flags=INTERPOLATIONS[spec.interpolation] | cv2.WARP_INVERSE_MAP,
+        borderMode=cv2.BORDER_REPLICATE,
+    )
+
+
+def normalize_batch(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
+    """N x crop x crop x 3 uint8 RGB -> float32 batch in the configured layout and channel order."""
+    if spec.color_order == "BGR":
+        crops = crops[..., ::-1]
+    mean = np.asarray(spec.mean, dtype=np.float32)
+    inverse_std = np.float32(1.0) / np.asarray(spec.std, dtype=np.float32)
+    if out is None:
+        out = np.empty((len(crops), *spec.output_shape), dtype=np.float32)
+    if spec.layout == "NCHW":
+        for channel in range(3):
+            np.subtract(crops[..., channel], mean[channel], out=out[:, channel], dtype=np.float32)
+            out[:, channel] *= inverse_std[channel]
+    else:
+        np.subtract(crops, mean, out=out, dtype=np.float32)
+        out *= inverse_std
+    return out
+
+
+def preprocess_batch(images: Sequence[np.ndarray], spec: PreprocessSpec) -> np.ndarray:
+    """Decoded RGB uint8 images of any sizes -> one float32 model-input batch."""
+    crop = spec.crop_size
+    crops = np.empty((len(images), crop, crop, 3), dtype=np.uint8)
+    for index, image in enumerate(images):
+        crops[index] = resize_and_crop(image, spec)
+    return normalize_batch(crops, spec)
+
+
+def decode_payloads(payloads: np.ndarray, limits: ImageLimits) -> list[np.ndarray]:
+    """Decode one request's BYTES tensor ([batch, 1] of encoded images) into RGB arrays.
+
+    Raises ``ImageError`` naming the first bad item; a request is answered
+    whole, so one bad image fails only its own request.
+    """
+    items = payloads.reshape(-1)
+    images = []
+    for index, item in enumerate(items):
+        try:
+            images.append(decode_rgb(bytes(item), limits))
+        except ImageError as error:
+            where = f"image {index} of {len(items)}: " if len(items) > 1 else ""
+            raise ImageError(f"{where}{error}") from None
+    return images
