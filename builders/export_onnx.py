@@ -20,23 +20,27 @@ hash of all inputs matches the provenance the step does nothing.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import json
 import logging
 import os
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from builders import BuildError, graph_passes, photos
+from builders.artifacts import (
+    atomic_write_bytes,
+    input_hash,
+    package_versions,
+    sha256_bytes,
+    sha256_file,
+)
 from vision_serving import image_codec, model_config, preprocessing
 from vision_serving.model_config import ConfigError, ModelConfig
 
@@ -205,26 +209,10 @@ def plan_export(repository: Path | str) -> ExportPlan:
     )
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
-def package_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
 
 
 def input_record(plan: ExportPlan) -> dict[str, Any]:
@@ -241,12 +229,10 @@ def input_record(plan: ExportPlan) -> dict[str, Any]:
             "labels": plan.labels_path.relative_to(repo).as_posix(),
         },
         "sources": {name: sha256_file(PROJECT_ROOT / name) for name in SOURCE_FILES},
-        "packages": package_versions(),
+        "packages": package_versions(PACKAGES),
     }
 
 
-def input_hash(record: dict[str, Any]) -> str:
-    return sha256_bytes(json.dumps(record, sort_keys=True).encode())
 
 
 def is_up_to_date(plan: ExportPlan, expected_hash: str) -> bool:
@@ -427,21 +413,6 @@ def verify_against_pytorch(
     return report
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same folder and rename: readers see the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -472,7 +443,6 @@ def export(repository: Path | str = model_config.MODEL_REPOSITORY, force: bool =
         provenance = json.loads(plan.provenance_path.read_text())
         return _result("up to date", plan, provenance)
 
-    import onnx
 
     log(f"loading {MODEL_NAME} from {plan.weights_path.name}")
     torch_model = load_pytorch_model(plan.weights_path)

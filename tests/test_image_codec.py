@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vision_serving.image_codec import ImageError, ImageLimits, decode_rgb, declared_size, validate
+from vision_serving.image_codec import (
+    ImageError,
+    ImageLimits,
+    declared_size,
+    decode_rgb,
+    validate,
+)
 
 LIMITS = ImageLimits(max_bytes=5_000_000, max_pixels=40_000_000)
 

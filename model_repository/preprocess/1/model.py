@@ -1,10 +1,9 @@
 """Triton adapter for preprocessing; the logic lives in vision_serving.preprocessing."""
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from vision_serving import model_config, preprocessing
-from vision_serving.image_codec import ImageError, decode_rgb
+from vision_serving.image_codec import ImageError
 
 
 class TritonPythonModel:
