@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from builders import graph_fixes
+
 GraphPass = Callable[[gs.Graph], int]
 
 _GLOBAL_AVERAGE_POOL_DTYPES = (np.float16, np.float32, np.float64)
@@ -97,6 +99,13 @@ def fold_constants_and_cleanup(graph: gs.Graph) -> int:
 PASSES: dict[str, GraphPass] = {
     "reduce_mean_to_global_average_pool": reduce_mean_to_global_average_pool,
     "fold_constants_and_cleanup": fold_constants_and_cleanup,
+    # TensorRT-readiness passes (builders/graph_fixes.py); the config-bound
+    # stable_io_names and batch_dimension are bound by builders/fix_onnx.py.
+    "custom_op_rewrites": graph_fixes.custom_op_rewrites,
+    "batch_reshape_placeholder": graph_fixes.batch_reshape_placeholder,
+    "remove_noops": graph_fixes.remove_noops,
+    "fuse_pad_into_conv": graph_fixes.fuse_pad_into_conv,
+    "einsum_to_matmul": graph_fixes.einsum_to_matmul,
 }
 
 

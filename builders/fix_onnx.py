@@ -1,0 +1,465 @@
+"""The ``fix`` step: named graph-surgery passes, each verified on onnxruntime.
+
+``fix_model`` runs passes in order on an ``onnx.ModelProto``. After every
+pass that rewrote something, the model before and the model after run on
+onnxruntime (CPU, graph optimizations off) with the same seeded random input
+(batch 2); outputs must agree within ``atol + rtol * |expected|`` or the step
+fails and nothing is written. Between passes the model is exported and its
+shapes re-inferred from scratch, so every pass sees fresh shapes.
+
+A model that onnxruntime cannot run (a custom-domain op before
+``custom_op_rewrites``) is not compared; the comparison starts from the first
+model that runs, and the result is compared once more with that model.
+
+The written model keeps the input's metadata and gains two
+``metadata_props``: ``builders.fix`` (input sha256, passes and rewrite
+counts) and, with ``batch_dimension``, the batch range
+(:mod:`builders.batch_profile`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from builders import BuildError, batch_profile, graph_fixes, graph_passes
+from builders.artifacts import atomic_write_bytes, sha256_bytes
+from vision_serving import model_config
+from vision_serving.model_config import ModelConfig
+
+DEFAULT_PASSES: tuple[str, ...] = (
+    "custom_op_rewrites",
+    "fold_constants_and_cleanup",
+    "batch_reshape_placeholder",
+    "remove_noops",
+    "fuse_pad_into_conv",
+    "reduce_mean_to_global_average_pool",
+    "einsum_to_matmul",
+    "stable_io_names",
+    "batch_dimension",
+)
+CONFIG_PASSES = ("stable_io_names", "batch_dimension")
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 1e-4
+VERIFY_BATCH = 2
+FIX_METADATA_KEY = "builders.fix"
+
+Log = Callable[[str], None]
+
+
+class FixVerificationError(BuildError):
+    """A pass changed what the model computes, or produced a model that does not load."""
+
+    exit_code = 1
+
+
+def log_to_stderr(message: str) -> None:
+    print(f"fix: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    """What the config-bound passes and the verification need."""
+
+    input_names: tuple[str, ...] | None = None
+    output_names: tuple[str, ...] | None = None
+    input_dims: tuple[tuple[int, ...], ...] | None = None  # without the batch dim
+    output_dims: tuple[tuple[int, ...], ...] | None = None
+    max_batch: int | None = None
+    opt_batch: int | None = None
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, core: ModelConfig, max_batch: int | None = None, **overrides: Any) -> FixOptions:
+        """Names and dims from the core config; max batch from ``max_batch`` or its ``max_batch_size``."""
+        return cls(
+            input_names=tuple(t.name for t in core.input),
+            output_names=tuple(t.name for t in core.output),
+            input_dims=tuple(tuple(int(d) for d in t.dims) for t in core.input),
+            output_dims=tuple(tuple(int(d) for d in t.dims) for t in core.output),
+            max_batch=max_batch if max_batch is not None else (core.max_batch_size or None),
+            **overrides,
+        )
+
+
+@dataclass(frozen=True)
+class PassResult:
+    name: str
+    rewrites: int
+    nodes_before: int
+    nodes_after: int
+    max_abs_diff: float | None  # None: not compared (see note)
+    note: str = ""
+
+
+@dataclass
+class FixResult:
+    model: onnx.ModelProto
+    passes: list[PassResult]
+    op_counts_before: dict[str, int]
+    op_counts_after: dict[str, int]
+    max_abs_diff: float | None  # final model vs the first model onnxruntime could run
+    unverified: list[str] = field(default_factory=list)
+
+    @property
+    def nodes_before(self) -> int:
+        return sum(self.op_counts_before.values())
+
+    @property
+    def nodes_after(self) -> int:
+        return sum(self.op_counts_after.values())
+
+
+# --------------------------------------------------------------------------- passes
+
+
+def bound_passes(options: FixOptions) -> dict[str, graph_passes.GraphPass]:
+    """``graph_passes.PASSES`` plus the config-bound passes with ``options`` filled in."""
+    passes = dict(graph_passes.PASSES)
+    passes["stable_io_names"] = functools.partial(_stable_io_names, options=options)
+    passes["batch_dimension"] = functools.partial(_batch_dimension, options=options)
+    return passes
+
+
+def _stable_io_names(graph: gs.Graph, options: FixOptions) -> int:
+    if options.input_names is None or options.output_names is None:
+        raise graph_fixes.PassError("stable_io_names needs the core config's input/output names")
+    return graph_fixes.stable_io_names(graph, options.input_names, options.output_names)
+
+
+def _batch_dimension(graph: gs.Graph, options: FixOptions) -> int:
+    return graph_fixes.set_batch_dimension(graph, options.input_dims, options.output_dims)
+
+
+def known_pass_names() -> list[str]:
+    return sorted(bound_passes(FixOptions()))
+
+
+def parse_pass_list(text: str | None) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]``; None -> :data:`DEFAULT_PASSES`. Unknown names are a user error."""
+    if text is None:
+        return list(DEFAULT_PASSES)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise BuildError("--passes is empty")
+    unknown = [name for name in names if name not in known_pass_names()]
+    if unknown:
+        raise BuildError(f"unknown pass(es) {', '.join(unknown)}; known: {', '.join(known_pass_names())}")
+    return names
+
+
+# --------------------------------------------------------------------------- onnxruntime
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
+    return [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+        for d in value.type.tensor_type.shape.dim
+    ]
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    initializers = {init.name for init in model.graph.initializer}
+    return [value for value in model.graph.input if value.name not in initializers]
+
+
+def random_feeds(model: onnx.ModelProto, options: FixOptions, batch: int = VERIFY_BATCH) -> list[np.ndarray]:
+    """One seeded random array per graph input: dynamic dim 0 -> ``batch``, other dynamic dims from the config."""
+    rng = np.random.default_rng(options.seed)
+    feeds = []
+    for index, value in enumerate(graph_inputs(model)):
+        dims = _dims(value)
+        shape = []
+        for position, dim in enumerate(dims):
+            if isinstance(dim, int) and dim > 0:
+                shape.append(dim)
+            elif position == 0:
+                shape.append(batch)
+            elif options.input_dims is not None and index < len(options.input_dims) and len(options.input_dims[index]) == len(dims) - 1:
+                shape.append(options.input_dims[index][position - 1])
+            else:
+                raise BuildError(
+                    f"cannot verify: input '{value.name}' dim {position} is dynamic and the core config "
+                    "gives no size for it"
+                )
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+        if np.issubdtype(dtype, np.floating):
+            feeds.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype == np.bool_:
+            feeds.append(rng.random(shape) > 0.5)
+        else:
+            feeds.append(rng.integers(0, 4, size=shape).astype(dtype))
+    return feeds
+
+
+def open_session(model: onnx.ModelProto) -> Any:
+    """An onnxruntime CPU session with graph optimizations off (literal evaluation, Q/DQ emulated)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 2
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def session_or_reason(model: onnx.ModelProto) -> tuple[Any, str]:
+    try:
+        return open_session(model), ""
+    except Exception as error:  # noqa: BLE001 - onnxruntime raises its own exception types
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return None, first
+
+
+def run_session(session: Any, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run with positional feeds; a model with a static batch of 1 is run one sample at a time."""
+    inputs = session.get_inputs()
+    if len(inputs) != len(feeds):
+        raise FixVerificationError(f"the model has {len(inputs)} inputs, {len(feeds)} feeds were given")
+    static_one = all(isinstance(i.shape[0], int) and i.shape[0] == 1 for i in inputs if i.shape)
+    batch = feeds[0].shape[0] if feeds and feeds[0].ndim else 1
+    if static_one and batch > 1:
+        parts = [run_session(session, [feed[k : k + 1] for feed in feeds]) for k in range(batch)]
+        return [np.concatenate([part[i] for part in parts]) for i in range(len(parts[0]))]
+    return list(session.run(None, {i.name: feed for i, feed in zip(inputs, feeds)}))
+
+
+def max_abs_difference(expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], atol: float, rtol: float) -> tuple[float, str]:
+    """Largest |Δ| over all outputs, and a description of the first output out of tolerance ("" if none)."""
+    if len(expected) != len(actual):
+        return float("inf"), f"{len(expected)} outputs became {len(actual)}"
+    worst, problem = 0.0, ""
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        if want.shape != got.shape or want.dtype != got.dtype:
+            return float("inf"), f"output {index}: {want.dtype}{list(want.shape)} became {got.dtype}{list(got.shape)}"
+        if want.size == 0:
+            continue
+        if np.issubdtype(want.dtype, np.floating):
+            diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            diff[np.isnan(want) & np.isnan(got)] = 0.0
+            bad = ~(diff <= atol + rtol * np.abs(want.astype(np.float64)))
+        else:
+            diff = (got != want).astype(np.float64)
+            bad = diff > 0
+        worst = max(worst, float(np.nanmax(diff)) if not np.isnan(diff).all() else float("inf"))
+        if bad.any() and not problem:
+            problem = f"output {index}: {int(bad.sum())} of {want.size} values differ (max |Δ| {float(np.nanmax(diff)):.3g})"
+    return worst, problem
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    return dict(Counter(node.op_type for node in model.graph.node))
+
+
+def _export(graph: gs.Graph, source: onnx.ModelProto) -> onnx.ModelProto:
+    """gs -> ONNX with the source model's header, value_info dropped and shapes re-inferred."""
+    exported = gs.export_onnx(graph, do_type_check=False)
+    exported.ir_version = source.ir_version
+    exported.producer_name = source.producer_name
+    exported.producer_version = source.producer_version
+    exported.domain = source.domain
+    exported.model_version = source.model_version
+    exported.doc_string = source.doc_string
+    del exported.metadata_props[:]
+    exported.metadata_props.extend(source.metadata_props)
+    del exported.graph.value_info[:]
+    return _infer(exported)
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - custom ops or inconsistent shapes: passes then see fewer shapes
+        return model
+
+
+def _import(model: onnx.ModelProto) -> gs.Graph:
+    with quiet_graphsurgeon():
+        return gs.import_onnx(model)
+
+
+class quiet_graphsurgeon:
+    """onnx-graphsurgeon's logger at ERROR for the duration (folding warns about every op it cannot run)."""
+
+    def __enter__(self) -> None:
+        self._severity = gs.logger.G_LOGGER.severity
+        gs.logger.G_LOGGER.severity = gs.logger.G_LOGGER.ERROR
+
+    def __exit__(self, *_: object) -> None:
+        gs.logger.G_LOGGER.severity = self._severity
+
+
+def fix_model(
+    model: onnx.ModelProto,
+    names: Sequence[str],
+    options: FixOptions,
+    log: Log = log_to_stderr,
+) -> FixResult:
+    """Run ``names`` in order on ``model``, verifying each rewrite on onnxruntime; returns the fixed model."""
+    passes = bound_passes(options)
+    unknown = [name for name in names if name not in passes]
+    if unknown:
+        raise BuildError(f"unknown pass(es) {', '.join(unknown)}; known: {', '.join(sorted(passes))}")
+    if "batch_dimension" in names and options.max_batch is None:
+        raise BuildError("batch_dimension needs a max batch: --max-batch or the core config's max_batch_size")
+
+    source_bytes = model.SerializeToString()
+    current = _infer(onnx.load_from_string(source_bytes))
+    feeds = random_feeds(current, options)
+    session, reason = session_or_reason(current)
+    reference: tuple[onnx.ModelProto, list[np.ndarray]] | None = None
+    expected = run_session(session, feeds) if session is not None else None
+    if expected is not None:
+        reference = (current, expected)
+    results: list[PassResult] = []
+    unverified: list[str] = []
+
+    for name in names:
+        graph = _import(current)
+        nodes_before = len(current.graph.node)
+        try:
+            with quiet_graphsurgeon():
+                rewrites = int(passes[name](graph))
+        except graph_fixes.PassError as error:
+            raise BuildError(str(error)) from None
+        if rewrites == 0:
+            results.append(PassResult(name, 0, nodes_before, nodes_before, None, "nothing to do"))
+            log(f"{name}: nothing to do")
+            continue
+        after = _export(graph, current)
+        after_session, after_reason = session_or_reason(after)
+        diff: float | None = None
+        note = ""
+        if expected is None:
+            note = f"not compared: onnxruntime cannot run the model before this pass ({reason})"
+            unverified.append(name)
+        else:
+            if after_session is None:
+                raise FixVerificationError(f"{name}: onnxruntime cannot load the rewritten model: {after_reason}")
+            actual = run_session(after_session, feeds)
+            diff, problem = max_abs_difference(expected, actual, options.atol, options.rtol)
+            if problem:
+                raise FixVerificationError(
+                    f"{name} changed the model's outputs ({problem}; tolerance {options.atol:g} + {options.rtol:g}·|x|); "
+                    "nothing written"
+                )
+        results.append(PassResult(name, rewrites, nodes_before, len(after.graph.node), diff, note))
+        log(
+            f"{name}: {rewrites} rewrite(s), {nodes_before} -> {len(after.graph.node)} nodes"
+            + (f", max |Δ| {diff:.1e}" if diff is not None else f" ({note})")
+        )
+        current = after
+        if expected is None and after_session is not None:  # first model onnxruntime runs: the reference
+            expected = run_session(after_session, feeds)
+            reference = (after, expected)
+        elif expected is not None:
+            expected = actual
+
+    overall: float | None = None
+    final_session, final_reason = session_or_reason(current)
+    custom = sorted({f"{n.domain}.{n.op_type}" for n in current.graph.node if n.domain not in graph_fixes.STANDARD_DOMAINS})
+    if final_session is None and not custom:
+        raise FixVerificationError(f"onnxruntime cannot load the fixed model: {final_reason}")
+    if reference is not None and final_session is not None:
+        overall, problem = max_abs_difference(reference[1], run_session(final_session, feeds), options.atol, options.rtol)
+        if problem:
+            raise FixVerificationError(f"the fixed model differs from the input: {problem}; nothing written")
+    try:
+        onnx.checker.check_model(current, full_check=not custom)
+    except onnx.checker.ValidationError as error:
+        first = str(error).strip().splitlines()[0]
+        raise FixVerificationError(f"onnx.checker rejects the fixed model: {first}") from None
+
+    record = {
+        "source_sha256": sha256_bytes(source_bytes),
+        "passes": {result.name: result.rewrites for result in results},
+        "max_abs_diff": overall,
+        "unverified": unverified,
+    }
+    batch_profile.set_metadata(current, FIX_METADATA_KEY, json.dumps(record, sort_keys=True))
+    if "batch_dimension" in names:
+        assert options.max_batch is not None
+        static_inputs = {
+            value.name: [d for d in _dims(value)[1:] if isinstance(d, int)]
+            for value in graph_inputs(current)
+            if all(isinstance(d, int) and d > 0 for d in _dims(value)[1:])
+        }
+        try:
+            profile = batch_profile.make_profile(options.max_batch, options.opt_batch, static_inputs)
+        except batch_profile.ProfileError as error:
+            raise BuildError(str(error)) from None
+        batch_profile.write_profile(current, profile)
+    return FixResult(
+        model=current,
+        passes=results,
+        op_counts_before=_op_counts(model),
+        op_counts_after=_op_counts(current),
+        max_abs_diff=overall,
+        unverified=unverified,
+    )
+
+
+def load_model(path: Path) -> onnx.ModelProto:
+    """Load an ONNX file; a missing or unreadable file is a user error (``BuildError``, exit 2)."""
+    if not path.is_file():
+        raise BuildError(f"{path}: no such file")
+    try:
+        return onnx.load(str(path))
+    except Exception as error:  # noqa: BLE001 - protobuf DecodeError and friends
+        raise BuildError(f"{path}: not an ONNX model ({type(error).__name__})") from None
+
+
+def fix_file(
+    source: Path,
+    destination: Path,
+    names: Sequence[str],
+    options: FixOptions,
+    log: Log = log_to_stderr,
+    force: bool = False,
+) -> FixResult:
+    """``fix_model`` on a file; writes ``destination`` atomically, only when every check passed.
+
+    In place (``destination`` is ``source``) and with no pass rewriting anything, the file is left
+    as it is unless ``force``: rewriting only the metadata would change its hash for the steps
+    that follow (export's provenance, quantize's input record) and make them rebuild.
+    """
+    model = load_model(source)
+    result = fix_model(model, names, options, log)
+    in_place = Path(destination).resolve() == Path(source).resolve()
+    if in_place and not force and not any(p.rewrites for p in result.passes):
+        log(f"nothing to fix: {source} left unchanged")
+        return result
+    data = result.model.SerializeToString()
+    atomic_write_bytes(destination, data)
+    before = ", ".join(f"{op} {n}" for op, n in sorted(result.op_counts_before.items()))
+    after = ", ".join(f"{op} {n}" for op, n in sorted(result.op_counts_after.items()))
+    log(f"nodes {result.nodes_before} -> {result.nodes_after}")
+    log(f"  before: {before}")
+    log(f"  after:  {after}")
+    if result.max_abs_diff is not None:
+        log(f"fixed model vs input on onnxruntime: max |Δ| {result.max_abs_diff:.1e} (atol {options.atol:g}, rtol {options.rtol:g})")
+    if result.unverified:
+        log(f"not compared on onnxruntime (the input does not run there): {', '.join(result.unverified)}")
+    log(f"wrote {destination} ({len(data) / 1e6:.1f} MB)")
+    return result
+
+
+def options_for_repository(repository: Path, max_batch: int | None, opt_batch: int | None, atol: float, rtol: float) -> FixOptions:
+    """Options from ``<repository>/core/config.pbtxt`` (names, dims, max_batch_size)."""
+    core = model_config.load_config(Path(repository) / "core")
+    return FixOptions.from_config(core, max_batch=max_batch, opt_batch=opt_batch, atol=atol, rtol=rtol)
