@@ -1,0 +1,675 @@
+"""The ``build-engine`` and ``verify-plan`` steps: the core's TensorRT plan.
+
+``build-engine`` turns the explicitly quantized (Q/DQ) ONNX into
+``core/<version>/model.plan`` for the GPU and TensorRT at hand:
+
+- a strongly typed network (TensorRT 10.8+: ``NetworkDefinitionCreationFlag.
+  STRONGLY_TYPED``; TensorRT 11: always strongly typed, the flag is deprecated
+  and ignored, and ``EXPLICIT_BATCH`` no longer exists), so the precision is
+  exactly what the Q/DQ nodes say: no ``BuilderFlag.INT8``/``FP16`` (removed
+  in 11), no calibrator (removed in 11);
+- one optimization profile per input: batch 1 .. ``max_batch_size`` of the
+  core config, ``--opt-batch`` in between, the other dims from the config;
+- a workspace memory-pool limit, a timing cache (loaded when present, saved
+  after), ``build_serialized_network``;
+- the plan written atomically, then ``model.plan.json`` beside it: TensorRT
+  version, GPU name and compute capability, driver/CUDA, ONNX sha256, the
+  calibration hash from the Q/DQ ONNX's own provenance JSON, profile shapes,
+  builder flags, build time.
+
+``verify-plan`` checks that provenance against the machine it runs on (an init
+container before the server starts): the plan's sha256, the TensorRT
+major.minor.patch (a plan only deserializes with the TensorRT release that
+built it; the fourth, build component may differ) and the compute capability
+of every visible GPU. ``--deserialize`` also loads the plan with
+``trt.Runtime`` and compares its I/O tensors with the core config.
+
+TensorRT is imported lazily: everything here except the build and
+``--deserialize`` runs without it (``verify-plan`` reads the TensorRT version
+from ``libnvinfer.so.X.Y.Z`` when the Python bindings are absent, as in the
+Triton server image).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from builders import BuildError
+from builders.artifacts import atomic_write_bytes, sha256_bytes, sha256_file
+from vision_serving import model_config
+from vision_serving.model_config import ConfigError
+
+CORE_MODEL = "core"
+MODEL_VERSION = 1
+QDQ_ONNX_FILENAME = "model_int8_qdq.onnx"
+PLAN_FILENAME = "model.plan"
+PROVENANCE_SUFFIX = ".json"
+MIN_TENSORRT = (10, 8)
+DEFAULT_WORKSPACE_MIB = 2048
+BUILD_DIR = model_config.REPOSITORY_ROOT / ".build" / "tensorrt"
+NOT_INSTALLED = "TensorRT is not installed (use the builder image docker/builder.Dockerfile)"
+NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
+LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/tensorrt/lib", "/usr/lib64", "/usr/lib")
+
+Log = Callable[[str], None]
+# tritonclient's ModelConfig protobuf message: it has no type stubs.
+ModelConfig: TypeAlias = Any
+
+
+def log_to_stderr(message: str) -> None:
+    print(f"build-engine: {message}", file=sys.stderr, flush=True)
+
+
+class VerificationError(BuildError):
+    """The plan does not match this machine (exit code 1)."""
+
+    exit_code = 1
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    name: str
+    compute_capability: str  # "9.0"
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None  # the CUDA version the driver supports, e.g. "13.0"
+
+    @property
+    def sm(self) -> str:
+        return "sm" + self.compute_capability.replace(".", "")
+
+
+def parse_nvidia_smi(text: str) -> list[GpuFacts]:
+    """Rows of ``nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader``."""
+    gpus = []
+    for line in text.strip().splitlines():
+        if not line.strip():
+            continue
+        parts = [part.strip() for part in line.rsplit(",", 2)]
+        if len(parts) != 3 or not re.fullmatch(r"\d+\.\d+", parts[1]):
+            raise BuildError(f"unexpected nvidia-smi output line: {line.strip()!r}")
+        gpus.append(GpuFacts(name=parts[0], compute_capability=parts[1], driver_version=parts[2]))
+    return gpus
+
+
+def _cuda_driver_version_from_smi() -> str | None:
+    try:
+        text = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"CUDA Version:\s*([\d.]+)", text)
+    return match.group(1) if match else None
+
+
+def _gpus_from_cuda_python() -> list[GpuFacts]:
+    try:
+        from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
+    except ImportError:
+        from cuda import cudart  # older cuda-python
+    error, count = cudart.cudaGetDeviceCount()
+    if int(error) != 0 or count == 0:
+        raise BuildError(f"cuda-python sees no GPU ({error})")
+    _, driver = cudart.cudaDriverGetVersion()
+    cuda_driver = f"{driver // 1000}.{(driver % 1000) // 10}"
+    gpus = []
+    for index in range(count):
+        _, props = cudart.cudaGetDeviceProperties(index)
+        name = props.name.decode() if isinstance(props.name, bytes) else str(props.name)
+        gpus.append(GpuFacts(name.rstrip("\x00"), f"{props.major}.{props.minor}", None, cuda_driver))
+    return gpus
+
+
+def query_gpus() -> list[GpuFacts]:
+    """The visible GPUs: ``nvidia-smi`` (works without CUDA Python), else cuda-python."""
+    try:
+        completed = subprocess.run(NVIDIA_SMI_QUERY, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as error:
+        smi_problem = f"nvidia-smi: {error}"
+    else:
+        if completed.returncode == 0:
+            cuda = _cuda_driver_version_from_smi()
+            return [GpuFacts(g.name, g.compute_capability, g.driver_version, cuda) for g in parse_nvidia_smi(completed.stdout)]
+        smi_problem = f"nvidia-smi exited {completed.returncode}: {(completed.stderr or completed.stdout).strip()}"
+    try:
+        return _gpus_from_cuda_python()
+    except ImportError:
+        raise BuildError(f"no NVIDIA GPU visible ({smi_problem}; cuda-python is not installed)") from None
+
+
+def single_compute_capability(gpus: Sequence[GpuFacts]) -> str:
+    if not gpus:
+        raise BuildError("no NVIDIA GPU visible")
+    capabilities = sorted({gpu.compute_capability for gpu in gpus})
+    if len(capabilities) > 1:
+        raise BuildError(
+            f"GPUs of different compute capabilities are visible ({', '.join(capabilities)}); "
+            "a plan serves one architecture: set CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES to one kind"
+        )
+    return capabilities[0]
+
+
+def release(version: str) -> str:
+    """``10.13.3.9`` -> ``10.13.3``: the part of a TensorRT version that a plan is bound to."""
+    parts = version.split(".")
+    if len(parts) < 3 or not all(part.isdigit() for part in parts[:3]):
+        raise BuildError(f"unexpected TensorRT version {version!r}")
+    return ".".join(parts[:3])
+
+
+def major_minor(version: str) -> tuple[int, int]:
+    major, minor = release(version).split(".")[:2]
+    return int(major), int(minor)
+
+
+def cache_key(tensorrt_version: str, compute_capability: str) -> str:
+    """Where a plan for this TensorRT release and GPU architecture lives in a plan cache."""
+    return f"trt{release(tensorrt_version)}-sm{compute_capability.replace('.', '')}"
+
+
+def tensorrt_version_from_libraries(directories: Iterable[str | Path] | None = None) -> str | None:
+    """``X.Y.Z`` from ``libnvinfer.so.X.Y.Z`` (images that ship TensorRT without its Python bindings)."""
+    if directories is None:
+        directories = [*filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)), *LIBRARY_DIRS]
+    found: list[tuple[int, ...]] = []
+    for directory in directories:
+        folder = Path(directory)
+        if not folder.is_dir():
+            continue
+        for library in folder.glob("libnvinfer.so.*"):
+            suffix = library.name.removeprefix("libnvinfer.so.")
+            if re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", suffix):
+                found.append(tuple(int(part) for part in suffix.split(".")))
+    if not found:
+        return None
+    return ".".join(str(part) for part in max(found)[:3])
+
+
+# --------------------------------------------------------------------------- tensorrt
+
+
+def import_tensorrt() -> Any:
+    try:
+        import tensorrt
+    except ImportError:
+        raise BuildError(NOT_INSTALLED) from None
+    return tensorrt
+
+
+def network_creation_flags(trt: Any) -> tuple[int, list[str]]:
+    """Flags for ``Builder.create_network``: a strongly typed network on TensorRT 10.8+ and 11.
+
+    10.x: ``STRONGLY_TYPED`` must be requested (``EXPLICIT_BATCH`` is deprecated
+    and ignored since 10.0, so it is not passed). 11.x: networks are always
+    strongly typed; ``STRONGLY_TYPED`` is deprecated and ignored and
+    ``EXPLICIT_BATCH`` was removed, so nothing is passed.
+    """
+    version = str(trt.__version__)
+    major, minor = major_minor(version)
+    if (major, minor) < MIN_TENSORRT:
+        raise BuildError(f"TensorRT {version} is too old: need {MIN_TENSORRT[0]}.{MIN_TENSORRT[1]} or newer (strongly typed Q/DQ networks)")
+    if major >= 11:
+        return 0, []
+    flag = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
+    if flag is None:
+        raise BuildError(f"TensorRT {version} has no NetworkDefinitionCreationFlag.STRONGLY_TYPED")
+    return 1 << int(flag), ["STRONGLY_TYPED"]
+
+
+def parser_errors(parser: Any) -> list[str]:
+    """Every ONNX parser error as one readable line (node, operator, description)."""
+    lines = []
+    for index in range(int(parser.num_errors)):
+        error = parser.get_error(index)
+        where = []
+        for attribute, label in (("node_name", "node"), ("node_operator", "op")):
+            getter = getattr(error, attribute, None)
+            value = getter() if callable(getter) else None
+            if value:
+                where.append(f"{label} {value}")
+        if not where and int(error.node()) >= 0:
+            where.append(f"node #{error.node()}")
+        lines.append(f"[{error.code()}] {' '.join(where) + ': ' if where else ''}{error.desc()}")
+    return lines
+
+
+def set_builder_flags(trt: Any, config: Any) -> list[str]:
+    """Names of the builder flags that are set (for the provenance record)."""
+    names = []
+    for name, flag in sorted(getattr(trt.BuilderFlag, "__members__", {}).items()):
+        try:
+            if config.get_flag(flag):
+                names.append(name)
+        except Exception:  # noqa: BLE001, S112 - deprecated flags may refuse to be queried
+            continue
+    return names
+
+
+# --------------------------------------------------------------------------- profile
+
+
+@dataclass(frozen=True)
+class InputProfile:
+    name: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+    def as_dict(self) -> dict[str, list[int]]:
+        return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+
+
+def optimization_profile(core: ModelConfig, opt_batch: int | None = None) -> list[InputProfile]:
+    """min/opt/max shapes per core input: batch 1 .. max_batch_size (opt: ``opt_batch``, default the max)."""
+    max_batch = int(core.max_batch_size)
+    profiles = []
+    for tensor in core.input:
+        dims = tuple(int(d) for d in tensor.dims)
+        if any(d < 1 for d in dims):
+            raise ConfigError(f"model '{core.name}': input '{tensor.name}' has variable dims {list(dims)}; the plan profile needs fixed non-batch dims")
+        if max_batch == 0:
+            if opt_batch is not None:
+                raise ConfigError(f"model '{core.name}': max_batch_size is 0 (no batching), so --opt-batch does not apply")
+            profiles.append(InputProfile(tensor.name, dims, dims, dims))
+            continue
+        opt = max_batch if opt_batch is None else opt_batch
+        if not 1 <= opt <= max_batch:
+            raise ConfigError(f"--opt-batch {opt} is outside 1..{max_batch} (max_batch_size of model '{core.name}')")
+        profiles.append(InputProfile(tensor.name, (1, *dims), (opt, *dims), (max_batch, *dims)))
+    if not profiles:
+        raise ConfigError(f"model '{core.name}' has no inputs")
+    return profiles
+
+
+def expected_engine_io(core: ModelConfig) -> dict[str, tuple[str, str, tuple[int, ...]]]:
+    """name -> (INPUT|OUTPUT, config dtype name, engine shape with -1 for the batch)."""
+    batch: tuple[int, ...] = (-1,) if core.max_batch_size > 0 else ()
+    expected = {}
+    for kind, tensors in (("INPUT", core.input), ("OUTPUT", core.output)):
+        for tensor in tensors:
+            expected[tensor.name] = (kind, model_config.dtype_name(tensor.data_type), (*batch, *(int(d) for d in tensor.dims)))
+    return expected
+
+
+# TensorRT DataType member names -> Triton config dtype names.
+TRT_DTYPES = {"FLOAT": "FP32", "HALF": "FP16", "BF16": "BF16", "INT8": "INT8", "INT32": "INT32", "INT64": "INT64", "BOOL": "BOOL", "UINT8": "UINT8"}
+
+
+def compare_engine_io(expected: Mapping[str, tuple[str, str, tuple[int, ...]]], actual: Mapping[str, tuple[str, str, tuple[int, ...]]]) -> list[str]:
+    problems = []
+    for name in sorted(set(expected) | set(actual)):
+        if name not in actual:
+            problems.append(f"the core config's {expected[name][0].lower()} '{name}' is not an I/O tensor of the plan")
+        elif name not in expected:
+            problems.append(f"the plan's {actual[name][0].lower()} '{name}' is not in the core config")
+        elif expected[name] != actual[name]:
+            problems.append(f"'{name}': config says {expected[name]}, plan has {actual[name]}")
+    return problems
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def provenance_path(plan_path: Path) -> Path:
+    return plan_path.with_name(plan_path.name + PROVENANCE_SUFFIX)
+
+
+def _find_calibration_hash(record: Any) -> str | None:
+    """The first value under a key mentioning 'calibration' that is (or holds) a sha256."""
+    if isinstance(record, dict):
+        for key, value in record.items():
+            if "calibration" in str(key).lower():
+                if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value):
+                    return value
+                if isinstance(value, dict):
+                    for inner in ("sha256", "hash", "input_hash"):
+                        if isinstance(value.get(inner), str):
+                            return str(value[inner])
+        for value in record.values():
+            found = _find_calibration_hash(value)
+            if found:
+                return found
+    elif isinstance(record, list):
+        for value in record:
+            found = _find_calibration_hash(value)
+            if found:
+                return found
+    return None
+
+
+def onnx_provenance(onnx_path: Path) -> dict[str, Any]:
+    """What the Q/DQ ONNX's own provenance (``<onnx>.json``, written by the quantize step) says."""
+    path = onnx_path.with_name(onnx_path.name + PROVENANCE_SUFFIX)
+    if not path.is_file():
+        return {"file": None, "calibration_hash": None}
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise BuildError(f"{path}: unreadable provenance: {error}") from None
+    return {"file": path.name, "input_hash": record.get("input_hash") if isinstance(record, dict) else None, "calibration_hash": _find_calibration_hash(record)}
+
+
+def count_qdq_nodes(onnx_path: Path) -> int | None:
+    try:
+        import onnx
+    except ImportError:
+        return None
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    return sum(1 for node in model.graph.node if node.op_type in ("QuantizeLinear", "DequantizeLinear"))
+
+
+def compare_provenance(provenance: Mapping[str, Any], tensorrt_version: str, gpus: Sequence[GpuFacts]) -> list[str]:
+    """Why a plan with this provenance cannot be served here (empty: it can)."""
+    problems = []
+    built_trt = str(provenance.get("tensorrt", {}).get("version", ""))
+    built_cc = str(provenance.get("gpu", {}).get("compute_capability", ""))
+    if not built_trt or not built_cc:
+        return ["the provenance has no TensorRT version or compute capability"]
+    if release(built_trt) != release(tensorrt_version):
+        problems.append(
+            f"plan built with TensorRT {release(built_trt)}, this machine has {release(tensorrt_version)} "
+            "(major.minor.patch must match; the build number may differ)"
+        )
+    if not gpus:
+        problems.append("no NVIDIA GPU visible")
+    for index, gpu in enumerate(gpus):
+        if gpu.compute_capability != built_cc:
+            problems.append(
+                f"plan built for compute capability {built_cc} ({provenance.get('gpu', {}).get('name', '?')}), "
+                f"GPU {index} is {gpu.compute_capability} ({gpu.name})"
+            )
+    return problems
+
+
+# --------------------------------------------------------------------------- build
+
+
+@dataclass
+class BuildSettings:
+    repository: Path
+    onnx: Path
+    output: Path
+    opt_batch: int | None = None
+    workspace_mib: int = DEFAULT_WORKSPACE_MIB
+    timing_cache: Path | None = None
+    cache_dir: Path | None = None
+    force: bool = False
+
+
+@dataclass
+class BuildResult:
+    status: str  # "built" | "up-to-date" | "from-cache"
+    plan: Path
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def default_onnx(repository: Path) -> Path:
+    return repository / CORE_MODEL / str(MODEL_VERSION) / QDQ_ONNX_FILENAME
+
+
+def default_plan(repository: Path) -> Path:
+    return repository / CORE_MODEL / str(MODEL_VERSION) / PLAN_FILENAME
+
+
+def load_core_config(repository: Path) -> ModelConfig:
+    """The production (TensorRT) core config, never a ``configs/`` variant."""
+    config: ModelConfig = model_config.load_config(repository / CORE_MODEL)
+    if config.platform != "tensorrt_plan" and config.backend != "tensorrt":
+        raise ConfigError(f"{repository / CORE_MODEL / 'config.pbtxt'}: platform is {config.platform or config.backend!r}, expected 'tensorrt_plan'")
+    return config
+
+
+def _read_provenance(path: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _matches(record: Mapping[str, Any] | None, wanted: Mapping[str, Any], plan: Path) -> bool:
+    """A plan and its provenance that are exactly what would be built now."""
+    if not record or not plan.is_file():
+        return False
+    current = {
+        "key": record.get("cache_key"),
+        "onnx_sha256": record.get("onnx", {}).get("sha256"),
+        "profile": record.get("profile"),
+        "workspace_bytes": record.get("builder", {}).get("workspace_bytes"),
+    }
+    return current == dict(wanted) and record.get("plan", {}).get("sha256") == sha256_file(plan)
+
+
+def _copy_atomically(source: Path, target: Path) -> None:
+    if source.resolve() == target.resolve():
+        return
+    atomic_write_bytes(target, source.read_bytes())
+
+
+def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResult:
+    core = load_core_config(settings.repository)
+    profiles = optimization_profile(core, settings.opt_batch)
+    if settings.workspace_mib < 1:
+        raise BuildError(f"--workspace-mib must be positive, got {settings.workspace_mib}")
+    if not settings.onnx.is_file():
+        raise BuildError(f"{settings.onnx}: no such ONNX file (run the quantize step first, or pass --onnx)")
+
+    trt = import_tensorrt()
+    gpus = query_gpus()
+    capability = single_compute_capability(gpus)
+    key = cache_key(trt.__version__, capability)
+    onnx_sha = sha256_file(settings.onnx)
+    profile_record = {p.name: p.as_dict() for p in profiles}
+    workspace_bytes = settings.workspace_mib << 20
+    wanted = {"key": key, "onnx_sha256": onnx_sha, "profile": profile_record, "workspace_bytes": workspace_bytes}
+
+    target_plan = settings.output
+    build_plan = settings.cache_dir / key / PLAN_FILENAME if settings.cache_dir else target_plan
+    if not settings.force and _matches(_read_provenance(provenance_path(build_plan)), wanted, build_plan):
+        record = _read_provenance(provenance_path(build_plan)) or {}
+        if build_plan != target_plan:
+            _copy_atomically(build_plan, target_plan)
+            atomic_write_bytes(provenance_path(target_plan), provenance_path(build_plan).read_bytes())
+            log(f"{key}: cached plan {build_plan} is current; copied to {target_plan}")
+            return BuildResult("from-cache", target_plan, record)
+        log(f"{key}: {target_plan} is up to date (use --force to rebuild)")
+        return BuildResult("up-to-date", target_plan, record)
+
+    timing_cache = settings.timing_cache or ((settings.cache_dir or BUILD_DIR) / key / "timing.cache")
+    log(f"building {key} from {settings.onnx} ({len(profiles)} input(s), opt batch {profiles[0].opt[0] if profiles[0].opt else '-'})")
+    started = time.monotonic()
+    plan_bytes, builder_record = _build_serialized(trt, settings.onnx, core, profiles, workspace_bytes, timing_cache, log)
+    seconds = round(time.monotonic() - started, 1)
+
+    gpu = gpus[0]
+    onnx_record = onnx_provenance(settings.onnx)
+    provenance: dict[str, Any] = {
+        "step": "build-engine",
+        "cache_key": key,
+        "plan": {"file": build_plan.name, "sha256": sha256_bytes(plan_bytes), "bytes": len(plan_bytes)},
+        "tensorrt": {"version": str(trt.__version__), "release": release(trt.__version__), "must_match": "major.minor.patch"},
+        "gpu": {
+            "name": gpu.name,
+            "compute_capability": capability,
+            "driver_version": gpu.driver_version,
+            "cuda_driver_version": gpu.cuda_driver_version,
+            "visible_gpus": len(gpus),
+        },
+        "onnx": {"file": settings.onnx.name, "sha256": onnx_sha, "qdq_nodes": count_qdq_nodes(settings.onnx), "provenance": onnx_record["file"], "provenance_input_hash": onnx_record.get("input_hash")},
+        "calibration_hash": onnx_record["calibration_hash"],
+        "core_config_sha256": sha256_file(settings.repository / CORE_MODEL / "config.pbtxt"),
+        "profile": profile_record,
+        "builder": {**builder_record, "workspace_bytes": workspace_bytes},
+        "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": seconds,
+    }
+    atomic_write_bytes(build_plan, plan_bytes)
+    atomic_write_bytes(provenance_path(build_plan), (json.dumps(provenance, indent=2) + "\n").encode())
+    if build_plan != target_plan:
+        _copy_atomically(build_plan, target_plan)
+        atomic_write_bytes(provenance_path(target_plan), provenance_path(build_plan).read_bytes())
+    log(f"wrote {target_plan} ({len(plan_bytes) / 1e6:.1f} MB, {seconds} s) and {provenance_path(target_plan).name}")
+    return BuildResult("built", target_plan, provenance)
+
+
+def _build_serialized(
+    trt: Any, onnx_path: Path, core: ModelConfig, profiles: Sequence[InputProfile], workspace_bytes: int, timing_cache: Path, log: Log
+) -> tuple[bytes, dict[str, Any]]:
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    flags, flag_names = network_creation_flags(trt)
+    network = builder.create_network(flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(onnx_path)):
+        errors = parser_errors(parser) or ["(the parser reported no details)"]
+        raise BuildError(f"{onnx_path}: the TensorRT ONNX parser failed with {len(errors)} error(s): " + " | ".join(errors))
+
+    network_inputs = {network.get_input(i).name: tuple(network.get_input(i).shape) for i in range(network.num_inputs)}
+    network_outputs = {network.get_output(i).name for i in range(network.num_outputs)}
+    config_inputs = {p.name for p in profiles}
+    config_outputs = {t.name for t in core.output}
+    if set(network_inputs) != config_inputs or network_outputs != config_outputs:
+        raise BuildError(
+            f"{onnx_path}: I/O names {sorted(network_inputs)} -> {sorted(network_outputs)} differ from the core config's "
+            f"{sorted(config_inputs)} -> {sorted(config_outputs)}"
+        )
+
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
+    profile = builder.create_optimization_profile()
+    for item in profiles:
+        shape = network_inputs[item.name]
+        if len(shape) != len(item.max) or any(d != -1 and d != m for d, m in zip(shape, item.max)):
+            raise BuildError(f"{onnx_path}: input '{item.name}' has shape {list(shape)}, the core config implies {list(item.max)} (batch first)")
+        profile.set_shape(item.name, item.min, item.opt, item.max)
+    config.add_optimization_profile(profile)
+
+    cache_bytes = timing_cache.read_bytes() if timing_cache.is_file() else b""
+    cache = config.create_timing_cache(cache_bytes)
+    if not config.set_timing_cache(cache, ignore_mismatch=True):
+        log(f"timing cache {timing_cache} could not be used; starting an empty one")
+        config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=True)
+    log(f"timing cache {timing_cache} ({'loaded ' + str(len(cache_bytes)) + ' bytes' if cache_bytes else 'new'})")
+
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise BuildError(f"{onnx_path}: TensorRT could not build the engine (see the TensorRT messages above)")
+    atomic_write_bytes(timing_cache, bytes(memoryview(config.get_timing_cache().serialize())))
+    record = {
+        "strongly_typed": True,
+        "network_flags": flag_names,
+        "builder_flags": set_builder_flags(trt, config),
+        "timing_cache": str(timing_cache),
+        "timing_cache_loaded": bool(cache_bytes),
+    }
+    return bytes(memoryview(serialized)), record
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def current_tensorrt_version(override: str | None = None) -> tuple[str, str]:
+    """(version, where it came from): ``--tensorrt-version``, the Python bindings or libnvinfer's file name."""
+    if override:
+        return override, "--tensorrt-version"
+    try:
+        import tensorrt
+    except ImportError:
+        version = tensorrt_version_from_libraries()
+        if version is None:
+            raise BuildError(f"{NOT_INSTALLED}; no libnvinfer.so.X.Y.Z found either") from None
+        return version, "libnvinfer"
+    return str(tensorrt.__version__), "tensorrt"
+
+
+def deserialize_and_compare(plan_path: Path, core: ModelConfig) -> list[str]:
+    trt = import_tensorrt()
+    logger = trt.Logger(trt.Logger.ERROR)
+    engine = trt.Runtime(logger).deserialize_cuda_engine(plan_path.read_bytes())
+    if engine is None:
+        return [f"trt.Runtime could not deserialize {plan_path} (see the TensorRT messages above)"]
+    actual = {}
+    for index in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(index)
+        kind = "INPUT" if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else "OUTPUT"
+        dtype = engine.get_tensor_dtype(name)
+        actual[name] = (kind, TRT_DTYPES.get(dtype.name, dtype.name), tuple(int(d) for d in engine.get_tensor_shape(name)))
+    problems = compare_engine_io(expected_engine_io(core), actual)
+    if core.max_batch_size > 0:
+        for tensor in core.input:
+            if tensor.name in actual:
+                max_shape = engine.get_tensor_profile_shape(tensor.name, 0)[2]
+                if int(max_shape[0]) < core.max_batch_size:
+                    problems.append(f"'{tensor.name}': the plan's profile allows batch {max_shape[0]}, the config's max_batch_size is {core.max_batch_size}")
+    return problems
+
+
+def verify_plan(
+    plan_path: Path,
+    repository: Path,
+    deserialize: bool = False,
+    tensorrt_version: str | None = None,
+    gpus: Sequence[GpuFacts] | None = None,
+    log: Log = log_to_stderr,
+) -> dict[str, Any]:
+    """Raise ``VerificationError`` (exit 1) with one line when the plan cannot be served here."""
+    if not plan_path.is_file():
+        raise BuildError(f"{plan_path}: no such plan (run python -m builders build-engine)")
+    record = _read_provenance(provenance_path(plan_path))
+    if record is None:
+        raise VerificationError(f"{provenance_path(plan_path)}: missing or unreadable provenance; rebuild the plan with python -m builders build-engine")
+    problems = []
+    if record.get("plan", {}).get("sha256") != sha256_file(plan_path):
+        problems.append("the plan's sha256 differs from its provenance (replaced or corrupted)")
+    version, source = current_tensorrt_version(tensorrt_version)
+    visible = list(gpus) if gpus is not None else query_gpus()
+    problems += compare_provenance(record, version, visible)
+    if not problems and deserialize:
+        problems += deserialize_and_compare(plan_path, load_core_config(repository))
+    if problems:
+        raise VerificationError(f"{plan_path}: " + "; ".join(problems) + " -> rebuild it on this node (python -m builders build-engine)")
+    log(f"{plan_path}: OK for TensorRT {release(version)} ({source}) on {len(visible)} GPU(s) of compute capability {visible[0].compute_capability}")
+    return record
+
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m builders.tensorrt_engine {build-engine,verify-plan} ...``: the same subcommands as
+    ``python -m builders``, without building the other steps' parsers (which import onnx): the
+    server image runs ``verify-plan`` with only the serving requirements installed."""
+    import argparse
+
+    from builders import cli
+
+    parser = argparse.ArgumentParser(prog="python -m builders.tensorrt_engine", description="Build or verify the core's TensorRT plan.")
+    subparsers = parser.add_subparsers(title="steps", dest="step", required=True, metavar="STEP")
+    common = cli._common_options()
+    cli._add_build_engine(subparsers, common)
+    cli._add_verify_plan(subparsers, common)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except BuildError as error:
+        print(f"error: {cli._one_line(error)}", file=sys.stderr)
+        return error.exit_code
+    except (ConfigError, OSError) as error:
+        print(f"error: {cli._one_line(error)}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

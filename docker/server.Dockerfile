@@ -1,0 +1,70 @@
+# The serving image: NVIDIA's Triton server plus this repository's serving
+# library (vision_serving) for the Python-backend preprocess/postprocess models.
+#
+#   docker build -f docker/server.Dockerfile --build-arg TRITON_RELEASE=26.11 -t image-classifier/triton-server:26.11-0.1.0 .
+#
+# The model repository is NOT in the image: mount it at /models (docker/compose.yaml,
+# k8s/). Nothing is installed at start. TRITON_RELEASE comes from versions.env
+# (the default below is asserted equal to it by tests/test_deployment.py).
+ARG TRITON_RELEASE=26.11
+FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv
+
+# The Python backend stub embeds the image's libpython and imports packages from
+# the `python3` first on PATH, so a venv made from the image's own Python 3 (no
+# PEP 668 clash with Ubuntu's system packages) and first on PATH is what the
+# preprocess/postprocess models see. --without-pip: Ubuntu's python3 has no
+# ensurepip; the system pip installs into the venv with --python.
+RUN python3 -m venv --without-pip /opt/venv
+
+WORKDIR /opt/image-classifier
+# Pinned exactly as tested locally: requirements/serve.txt keeps numpy<2. The
+# Python backend's pybind11 was made numpy-2 capable (python_backend#384), but
+# NVIDIA still lists no numpy 2 support for the Python backend (server#8301 open,
+# compose.py pins numpy<2) and the 2.51 stub the tests run returns empty tensors
+# with numpy 2. torch is deliberately not installed.
+COPY requirements/serve.txt requirements/serve.txt
+RUN python3 -m pip --python /opt/venv/bin/python install --no-compile -r requirements/serve.txt
+
+COPY pyproject.toml README.md ./
+COPY vision_serving vision_serving
+COPY builders builders
+RUN python3 -m pip --python /opt/venv/bin/python install --no-compile --no-deps . \
+    && rm -rf /opt/image-classifier/build /opt/image-classifier/*.egg-info
+
+ENV PATH=/opt/venv/bin:${PATH} \
+    HOME=/tmp
+
+# triton-server (UID/GID 1000) is created by NVIDIA's image and owns /opt/tritonserver.
+USER 1000:1000
+WORKDIR /opt/tritonserver
+
+EXPOSE 8000 8001 8002
+
+HEALTHCHECK --interval=15s --timeout=5s --start-period=300s --retries=3 \
+    CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]
+
+# Production flags: models loaded once at start and never changed through the API
+# (--model-control-mode=none), ready only when every model is, per-step latency
+# quantiles on /metrics (the alerts use them), and up to 40 s to drain in-flight
+# requests on SIGTERM (k8s: preStop 10 s + 40 s < terminationGracePeriodSeconds 60).
+# Append e.g. --http-restricted-api/--grpc-restricted-protocol as CMD/args.
+ENTRYPOINT ["tritonserver", \
+    "--model-repository=/models", \
+    "--model-control-mode=none", \
+    "--strict-readiness=true", \
+    "--exit-timeout-secs=40", \
+    "--http-port=8000", \
+    "--grpc-port=8001", \
+    "--metrics-port=8002", \
+    "--allow-metrics=true", \
+    "--metrics-config=summary_latencies=true", \
+    "--log-format=ISO8601"]
+CMD []
