@@ -58,7 +58,218 @@ def _add_export(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]
     parser.set_defaults(run=_run_export)
 
 
-STEPS: tuple[StepAdder, ...] = (_add_export,)
+def _run_build_engine(args: argparse.Namespace) -> int:
+    from builders import tensorrt_engine as te
+
+    repository = Path(args.repository)
+    te.build_engine(
+        te.BuildSettings(
+            repository=repository,
+            onnx=args.onnx or te.default_onnx(repository),
+            output=args.output or te.default_plan(repository),
+            opt_batch=args.opt_batch,
+            workspace_mib=args.workspace_mib,
+            timing_cache=args.timing_cache,
+            cache_dir=args.cache_dir,
+            force=args.force,
+        )
+    )
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _add_build_engine(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    from builders.tensorrt_engine import DEFAULT_WORKSPACE_MIB, PLAN_FILENAME, QDQ_ONNX_FILENAME
+
+    parser = subparsers.add_parser(
+        "build-engine",
+        parents=[common],
+        help="build the core's TensorRT plan (strongly typed, from the Q/DQ ONNX) and its provenance",
+        description=(
+            f"Build core/1/{PLAN_FILENAME} for this GPU and TensorRT (10.8+ or 11) from core/1/{QDQ_ONNX_FILENAME}: "
+            "a strongly typed network, batch profile 1..max_batch_size of core/config.pbtxt, a timing cache, "
+            f"and {PLAN_FILENAME}.json beside the plan. Skips the build when the plan is current. Needs TensorRT "
+            "(the builder image docker/builder.Dockerfile) and a GPU."
+        ),
+    )
+    parser.add_argument("--onnx", type=Path, metavar="PATH", help=f"the Q/DQ ONNX (default: core/1/{QDQ_ONNX_FILENAME})")
+    parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write the plan (default: core/1/{PLAN_FILENAME})")
+    parser.add_argument("--opt-batch", type=_positive_int, metavar="N", help="the profile's optimal batch (default: max_batch_size)")
+    parser.add_argument(
+        "--workspace-mib", type=_positive_int, default=DEFAULT_WORKSPACE_MIB, metavar="MIB", help="workspace memory-pool limit (default: %(default)s)"
+    )
+    parser.add_argument("--timing-cache", type=Path, metavar="PATH", help="timing cache file, loaded if present and saved after")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="plan cache: build into DIR/trt<X.Y.Z>-sm<CC>/ (skipped when current there), then copy to --output",
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.set_defaults(run=_run_build_engine)
+
+
+def _run_verify_plan(args: argparse.Namespace) -> int:
+    from builders import tensorrt_engine as te
+
+    repository = Path(args.repository)
+    te.verify_plan(args.plan or te.default_plan(repository), repository, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version)
+    return 0
+
+
+def _add_verify_plan(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "verify-plan",
+        parents=[common],
+        help="check a plan's provenance against this GPU and TensorRT (exit 1 on mismatch)",
+        description=(
+            "Compare model.plan.json with the machine: the plan's sha256, the TensorRT release (major.minor.patch must "
+            "match; the build number may differ) and the compute capability of every visible GPU. For a Kubernetes "
+            "init container: one line and exit 1 on a mismatch, exit 0 when the plan can be served."
+        ),
+    )
+    parser.add_argument("--plan", type=Path, metavar="PATH", help="the plan (default: core/1/model.plan)")
+    parser.add_argument("--deserialize", action="store_true", help="also load it with trt.Runtime and compare its I/O with core/config.pbtxt")
+    parser.add_argument(
+        "--tensorrt-version", metavar="X.Y.Z", help="the serving TensorRT version (default: the tensorrt module, else libnvinfer.so.X.Y.Z)"
+    )
+    parser.set_defaults(run=_run_verify_plan)
+
+
+def _add_quantize(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    from builders import quantize
+
+    parser = subparsers.add_parser(
+        "quantize",
+        parents=[common],
+        help="INT8 Q/DQ ONNX with NVIDIA ModelOpt, calibrated through the served preprocessing",
+        description=(
+            f"Quantize core/1/model.onnx to core/1/{quantize.INT8_FILENAME} (explicit INT8: symmetric Q/DQ, int8, "
+            "per-channel weights) with ModelOpt on CPU, calibrated on augmented package photos (never the held-out "
+            "evaluation photos) or --calibration-dir, decoded and preprocessed by the served code. Verifies the Q/DQ "
+            "properties and writes a provenance JSON beside the model. Does nothing when the inputs are unchanged."
+        ),
+    )
+    quantize.add_arguments(parser)
+    parser.set_defaults(run=quantize.run_from_args)
+
+
+def _add_evaluate(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    from builders import evaluate
+
+    parser = subparsers.add_parser(
+        "evaluate",
+        parents=[common],
+        help="INT8 accuracy gate: FP32 vs INT8 on held-out photos (exit 1 when it fails)",
+        description=(
+            "Compare FP32 and INT8 (onnxruntime, graph optimizations disabled) on held-out photos never used for "
+            "calibration and seeded augmentations of them: top-1 agreement, top-5 overlap, logit cosine. With "
+            "--server-url, measure a running server's image_classifier instead. Reports go to .build/reports/."
+        ),
+    )
+    evaluate.add_arguments(parser)
+    parser.set_defaults(run=evaluate.run_from_args)
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    from builders import pipeline
+
+    return int(pipeline.run_from_args(args))
+
+
+def _add_all(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "all",
+        parents=[common],
+        help="export -> fix/check (when available) -> quantize -> evaluate, with the defaults",
+        description="Run every CPU build step in order with default options; each skips itself when up to date.",
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild every step even if up to date")
+    parser.set_defaults(run=_run_all)
+
+
+def _core_onnx(repository: Path) -> Path:
+    """The export step's ONNX (core/<version>/model.onnx): what check and fix work on by default."""
+    from builders.export_onnx import MODEL_VERSION, ONNX_FILENAME
+
+    return Path(repository) / "core" / str(MODEL_VERSION) / ONNX_FILENAME
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    import json
+
+    from builders import trt_compat
+
+    report = trt_compat.check_file(args.model or _core_onnx(args.repository), max_batch=args.max_batch)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.format_text())
+    return 1 if report.blocking else 0
+
+
+def _add_check(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        parents=[common],
+        help="report what TensorRT 10.x/11.x will not accept in an ONNX model (exit 1 when a build is blocked)",
+        description=(
+            "Check an ONNX model against TensorRT's ONNX operator support (onnx-tensorrt's table, attribute and "
+            "type restrictions), custom-domain ops, asymmetric/uint8 Q/DQ, I/O types, dynamic dims and the batch "
+            "range, and shape subgraphs that constant folding removes. Each finding has a severity (error blocks "
+            "a build), a code, the node and the fix pass that repairs it. Exit 1 when there is an error."
+        ),
+    )
+    parser.add_argument("model", type=Path, nargs="?", metavar="MODEL.onnx", help="the ONNX model to check (default: core/1/model.onnx)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--max-batch", type=_positive_int, metavar="N", help="the max batch it will be built for (default: the range fix recorded)"
+    )
+    parser.set_defaults(run=_run_check)
+
+
+def _run_fix(args: argparse.Namespace) -> int:
+    from builders import fix_onnx
+
+    names = fix_onnx.parse_pass_list(args.passes)
+    atol = fix_onnx.DEFAULT_ATOL if args.atol is None else args.atol
+    rtol = fix_onnx.DEFAULT_RTOL if args.rtol is None else args.rtol
+    options = fix_onnx.options_for_repository(args.repository, args.max_batch, args.opt_batch, atol, rtol)
+    source = args.input or _core_onnx(args.repository)
+    fix_onnx.fix_file(source, args.output or source, names, options, force=args.force)
+    return 0
+
+
+def _add_fix(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "fix",
+        parents=[common],
+        help="graph surgery for TensorRT: named passes, each verified on onnxruntime",
+        description=(
+            "Rewrite an ONNX model with named onnx-graphsurgeon passes (default: all, in the order of "
+            "builders.fix_onnx.DEFAULT_PASSES). After each pass that changed something, the model before and after "
+            "run on onnxruntime with the same random input; any output difference beyond the tolerance fails the "
+            "step and nothing is written. Names, dims and max_batch_size come from core/config.pbtxt. "
+            "In place (OUT = IN), a model no pass changes is left untouched."
+        ),
+    )
+    parser.add_argument("input", type=Path, nargs="?", metavar="IN.onnx", help="the model to fix (default: core/1/model.onnx)")
+    parser.add_argument("output", type=Path, nargs="?", metavar="OUT.onnx", help="where to write the fixed model (default: IN, in place)")
+    parser.add_argument("--passes", metavar="A,B,...", help="comma-separated passes to run, in order (default: all, as above)")
+    parser.add_argument(
+        "--max-batch", type=_positive_int, metavar="N", help="batch range max recorded by batch_dimension (default: max_batch_size)"
+    )
+    parser.add_argument("--opt-batch", type=_positive_int, metavar="N", help="batch range opt (default: the max)")
+    parser.add_argument("--atol", type=float, metavar="X", help="absolute output tolerance (default: 1e-4)")
+    parser.add_argument("--rtol", type=float, metavar="X", help="relative output tolerance (default: 1e-4)")
+    parser.add_argument("--force", action="store_true", help="rewrite OUT even when no pass changed anything in place")
+    parser.set_defaults(run=_run_fix)
+
+
+STEPS: tuple[StepAdder, ...] = (_add_export, _add_check, _add_fix, _add_build_engine, _add_verify_plan, _add_quantize, _add_evaluate, _add_all)
 
 
 def build_parser() -> argparse.ArgumentParser:

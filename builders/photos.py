@@ -53,6 +53,24 @@ SKIMAGE_PHOTOS: tuple[Photo, ...] = (
 )
 
 
+# Photographs in other packages' wheels, offered only where that package is
+# installed (requirements/quantize.txt installs both): (import name, photo with
+# a path relative to the package folder).
+OTHER_PACKAGE_PHOTOS: tuple[tuple[str, Photo], ...] = (
+    ("sklearn", Photo("china", "datasets/images/china.jpg", "Summer Palace, Beijing: pavilion and trees (color)")),
+    ("sklearn", Photo("flower", "datasets/images/flower.jpg", "close-up of a pink flower (color)")),
+    ("matplotlib", Photo("grace_hopper", "mpl-data/sample_data/grace_hopper.jpg", "portrait of Grace Hopper in uniform (color)")),
+)
+
+
+def _package_dir(module: str) -> Path | None:
+    """Folder of an installed package, located without importing it (None if absent)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 class PhotoError(BuildError):
     """A requested photo is not known or not present in the installed package."""
 
@@ -69,11 +87,16 @@ def skimage_data_dir() -> Path:
 def registry() -> dict[str, Path]:
     """Photo name -> file, for the photos present in the installed packages (sorted by name)."""
     data_dir = skimage_data_dir()
-    return {
+    found = {
         photo.name: data_dir / photo.filename
-        for photo in sorted(SKIMAGE_PHOTOS, key=lambda p: p.name)
+        for photo in SKIMAGE_PHOTOS
         if (data_dir / photo.filename).is_file()
     }
+    for module, photo in OTHER_PACKAGE_PHOTOS:
+        package_dir = _package_dir(module)
+        if package_dir is not None and (package_dir / photo.filename).is_file():
+            found[photo.name] = package_dir / photo.filename
+    return dict(sorted(found.items()))
 
 
 def photo_path(name: str) -> Path:

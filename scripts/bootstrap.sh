@@ -19,6 +19,8 @@ want="$(cat "$ROOT"/requirements/*.txt "$ROOT/pyproject.toml" | sha256sum | cut 
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing pinned requirements into .venv (first run takes a few minutes)..." >&2
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$ROOT/requirements/dev.txt"
+  # ModelOpt alone: its [onnx] extra would swap onnxruntime for onnxruntime-gpu (requirements/quantize.txt).
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps nvidia-modelopt==0.47.0
   "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e "$ROOT"
   echo "$want" > "$stamp"
 fi

@@ -177,18 +177,34 @@ SAMPLES_DIR = BUILD_DIR / "samples"
 SAMPLE_PHOTOS = ("chelsea", "coffee", "camera", "motorcycle_left", "rocket")
 
 
-def build_artifacts() -> None:
+def build_artifacts(config_name: str | None = None) -> None:
     """Build what the model repository needs (idempotent: skips up-to-date steps),
-    and put a few real photos in .build/samples for the client."""
-    from builders import photos
+    and put a few real photos in .build/samples for the client. When the core
+    config selected by ``config_name`` serves the INT8 Q/DQ model (cpu_int8), it
+    is quantized too (needs requirements/quantize.txt)."""
+    from builders import BuildError, photos
     from builders.export_onnx import export
+    from vision_serving import model_config
 
     export(MODEL_REPOSITORY)
+    core = model_config.load_config(MODEL_REPOSITORY / "core", config_name)
+    if "onnx_file" in core.parameters:
+        from builders import quantize
+
+        if model_config.parameter(core, "onnx_file") == quantize.INT8_FILENAME:
+            try:
+                quantize.quantize(MODEL_REPOSITORY)
+            except BuildError as error:
+                raise LauncherError(f"cannot build {quantize.INT8_FILENAME}: {error}") from None
     SAMPLES_DIR.mkdir(parents=True, exist_ok=True)
     for name in SAMPLE_PHOTOS:
         source = photos.photo_path(name)
         if not (SAMPLES_DIR / source.name).exists():
             shutil.copy2(source, SAMPLES_DIR / source.name)
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # handled like Ctrl-C: drain and stop the server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.no_build:
             print("serve: building model artifacts (skipped when up to date)...", file=sys.stderr, flush=True)
-            build_artifacts()
+            build_artifacts(args.config_name)
         print(f"serve: starting tritonserver (model config '{args.config_name}')...", file=sys.stderr, flush=True)
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
         server.start()
         server.wait_ready()
         print(

@@ -1,0 +1,690 @@
+"""The ``quantize`` step: FP32 ONNX -> INT8 Q/DQ ONNX with NVIDIA ModelOpt, calibrated on served-preprocessed photos.
+
+Reads ``core/<version>/model.onnx`` (the ``export`` step) and writes, beside it:
+
+- ``model_int8_qdq.onnx``: explicit quantization, what TensorRT >= 10 builds an
+  INT8 engine from and what ``configs/cpu_int8.pbtxt`` serves on onnxruntime:
+  QuantizeLinear/DequantizeLinear pairs, symmetric (zero-point 0), int8,
+  per-channel on weights (axis 0), per-tensor on activations, only standard
+  ONNX domains. Every one of these properties is checked (``qdq_violations``)
+  before anything is written; a violation fails the step.
+- ``model_int8_qdq.onnx.json``: provenance (ModelOpt version, method,
+  exclusions, calibration set hash, input ONNX hash, time, peak RSS).
+
+Calibration data is made by ``builders.calibration``: the package calibration
+photos (never the held-out evaluation photos) or ``--calibration-dir``, plus
+seeded augmentations, through the served decoder and preprocessing with the
+spec and limits of ``preprocess/config.pbtxt``. The array is kept in
+``.build/calibration/`` with its sha256. When the hash of all inputs matches
+the provenance, the step does nothing.
+
+The defaults are the configuration measured best on the held-out photos
+(``python -m builders evaluate``; numbers in docs and the evaluation report).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builders import BuildError, calibration
+from builders.artifacts import (
+    atomic_write_bytes,
+    input_hash,
+    package_versions,
+    sha256_bytes,
+    sha256_file,
+)
+from builders.export_onnx import MODEL_VERSION, ONNX_FILENAME, PROJECT_ROOT
+from vision_serving import model_config
+
+INT8_FILENAME = "model_int8_qdq.onnx"
+BUILD_DIR = PROJECT_ROOT / ".build"
+CALIBRATION_DIR = BUILD_DIR / "calibration"
+KEEP_CALIBRATION_SETS = 4
+WORK_DIR = BUILD_DIR / "quantize"
+
+METHODS = ("entropy", "max")
+HIGH_PRECISION_DTYPES = ("fp32", "fp16")
+# Named groups of layers that can be kept in high precision (resolved to node names on the graph):
+# stem: the Conv reading the image; early: the first EARLY_CONVS Convs in graph order (for
+# EfficientNet-Lite0 the stem and MBConv blocks 0-1: the 112x112 stage and the first 56x56
+# projection); depthwise: grouped Convs with one input channel per group; head: the last Conv;
+# classifier: the Gemm/MatMul producing the output.
+LAYER_GROUPS = ("stem", "early", "depthwise", "head", "classifier")
+EARLY_CONVS = 6
+
+DEFAULT_METHOD = "entropy"
+DEFAULT_SAMPLES = 512
+# Measured on the held-out photos (.build/reports/int8_evaluation.md): quantizing everything gives
+# ~88 % top-1 agreement with FP32; per-layer sensitivity put most of the error in the first layers
+# (the stem output's activation quantization above all), then in the depthwise convs. Keeping the
+# first 6 Convs in high precision gives 94.4-96.4 % depending on the evaluation set's size; adding
+# the 16 depthwise convs gives 96.0-96.4 % on every size, with 80 % of the MACs still INT8.
+DEFAULT_EXCLUDE: tuple[str, ...] = ("early", "depthwise")
+DEFAULT_RATIONALE = (
+    "Defaults chosen on held-out photos and their augmentations (275 / 539 / 1067 images): everything "
+    "quantized gave 88.4 % top-1 agreement (entropy, 512 samples; max 88.7 %; 64 samples 87.6 %); per-layer "
+    "sensitivity put the error in the first layers (above all the stem output's activation quantization), then "
+    "the depthwise convs. Keeping the first 6 Convs in high precision gave 96.4 / 94.4 / 95.3 %; adding the 16 "
+    "depthwise convs gave 96.0 / 96.1 / 96.4 % (cosine 0.998), 80 % of the MACs still INT8. Max calibration, "
+    "another seed and 1024 samples changed nothing measurable; the classifier and head are not sensitive."
+)
+DEFAULT_HIGH_PRECISION = "fp32"
+DEFAULT_CALIBRATION_BATCH = 16
+STANDARD_DOMAINS = ("", "ai.onnx")
+WEIGHT_OPS = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}  # op -> weight input index
+
+SOURCE_FILES = (
+    "builders/__init__.py",
+    "builders/quantize.py",
+    "builders/calibration.py",
+    "builders/photos.py",
+    "vision_serving/model_config.py",
+    "vision_serving/image_codec.py",
+    "vision_serving/preprocessing.py",
+)
+# What the calibration array is a function of, besides the recipe: a cached .npy is reused only if unchanged.
+CALIBRATION_CODE = ("builders/calibration.py", "vision_serving/image_codec.py", "vision_serving/preprocessing.py")
+PACKAGES = ("nvidia-modelopt", "onnx", "onnxruntime", "onnx-graphsurgeon", "numpy", "opencv-python-headless")
+REQUIRED_MODULES = {"modelopt": "nvidia-modelopt==0.47.0 (see requirements/quantize.txt)", "onnx": "onnx", "onnxruntime": "onnxruntime"}
+
+Log = Callable[[str], None]
+
+
+class VerificationError(BuildError):
+    """The quantized graph violates a property the INT8 consumers rely on; nothing was written."""
+
+    exit_code = 1
+
+
+def log_to_stderr(message: str) -> None:
+    print(f"quantize: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    method: str = DEFAULT_METHOD
+    samples: int = DEFAULT_SAMPLES
+    seed: int = calibration.CALIBRATION_SEED
+    calibration_dir: Path | None = None
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE  # LAYER_GROUPS
+    exclude_nodes: tuple[str, ...] = ()  # regular expressions (re.match) on node names
+    exclude_op_types: tuple[str, ...] = ()
+    high_precision: str = DEFAULT_HIGH_PRECISION
+    calibration_batch: int = DEFAULT_CALIBRATION_BATCH
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise BuildError(f"calibration method {self.method!r} is not one of {', '.join(METHODS)}")
+        if self.high_precision not in HIGH_PRECISION_DTYPES:
+            raise BuildError(f"high-precision dtype {self.high_precision!r} is not one of {', '.join(HIGH_PRECISION_DTYPES)}")
+        unknown = sorted(set(self.exclude) - set(LAYER_GROUPS))
+        if unknown:
+            raise BuildError(f"unknown layer group(s) {', '.join(unknown)}; known: {', '.join(LAYER_GROUPS)}")
+        if self.samples < 1 or self.calibration_batch < 1:
+            raise BuildError("--samples and --calibration-batch must be positive")
+        for pattern in self.exclude_nodes:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise BuildError(f"--exclude-nodes {pattern!r}: {error}") from None
+
+    def record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["calibration_dir"] = str(self.calibration_dir) if self.calibration_dir else None
+        record["exclude"] = list(self.exclude)
+        record["exclude_nodes"] = list(self.exclude_nodes)
+        record["exclude_op_types"] = list(self.exclude_op_types)
+        return record
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    status: str  # "quantized" or "up to date"
+    onnx_path: Path
+    provenance_path: Path
+    provenance: dict[str, Any] = field(repr=False)
+
+
+def int8_path(repository: Path) -> Path:
+    return Path(repository) / "core" / str(MODEL_VERSION) / INT8_FILENAME
+
+
+def fp32_path(repository: Path) -> Path:
+    return Path(repository) / "core" / str(MODEL_VERSION) / ONNX_FILENAME
+
+
+def _require_modules() -> None:
+    missing = [pip for module, pip in REQUIRED_MODULES.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise BuildError(f"missing Python packages for quantize: {', '.join(missing)}")
+
+
+# --------------------------------------------------------------------------- Q/DQ checks
+
+
+def _constants(model: Any) -> dict[str, np.ndarray]:
+    from onnx import numpy_helper
+
+    values = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in STANDARD_DOMAINS:
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    values[node.output[0]] = numpy_helper.to_array(attribute.t)
+    return values
+
+
+def _attribute(node: Any, name: str, default: Any) -> Any:
+    import onnx
+
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
+def qdq_violations(model: Any) -> list[str]:
+    """Every way ``model`` departs from TensorRT-style explicit INT8 (empty when it conforms).
+
+    Only standard ONNX domains; every QuantizeLinear/DequantizeLinear has a
+    constant, positive, finite scale and an explicit int8 zero-point equal to 0;
+    quantized weights (Q/DQ on a constant feeding a Conv/Gemm/MatMul weight) are
+    per-channel along axis 0; activations are per-tensor; each Q feeds only DQs.
+    """
+    import onnx
+
+    problems: list[str] = []
+    for opset in model.opset_import:
+        if opset.domain not in STANDARD_DOMAINS:
+            problems.append(f"imports the non-standard opset domain {opset.domain!r}")
+    for function in model.functions:
+        problems.append(f"defines the local function {function.domain}:{function.name}")
+    constants = _constants(model)
+    producer = {output: node for node in model.graph.node for output in node.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    quantize_count = 0
+    for node in model.graph.node:
+        where = f"{node.op_type} {node.name or node.output[0]!r}"
+        if node.domain not in STANDARD_DOMAINS:
+            problems.append(f"{where} is in the non-standard domain {node.domain!r}")
+            continue
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        quantize_count += 1
+        output_dtype = _attribute(node, "output_dtype", 0)
+        if output_dtype not in (0, onnx.TensorProto.INT8):
+            problems.append(f"{where}: output_dtype {onnx.TensorProto.DataType.Name(output_dtype)} is not INT8")
+        if _attribute(node, "block_size", 0):
+            problems.append(f"{where}: blocked quantization (block_size) is not per-channel/per-tensor")
+        scale = constants.get(node.input[1]) if len(node.input) > 1 else None
+        zero_point = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        if scale is None:
+            problems.append(f"{where}: scale is not a constant")
+            continue
+        if not (np.all(np.isfinite(scale.astype(np.float64))) and np.all(scale > 0)):
+            problems.append(f"{where}: scale has non-positive or non-finite values")
+        if zero_point is None:
+            if len(node.input) > 2 and node.input[2]:
+                problems.append(f"{where}: zero-point is not a constant")
+            elif node.op_type == "QuantizeLinear":
+                problems.append(f"{where}: no zero-point, so the output is uint8 (int8 needs an explicit int8 zero-point 0)")
+        else:
+            if zero_point.dtype != np.int8:
+                problems.append(f"{where}: zero-point dtype {zero_point.dtype} is not int8")
+            if np.any(zero_point != 0):
+                problems.append(f"{where}: zero-point is not 0 (asymmetric quantization)")
+            if zero_point.shape != scale.shape:
+                problems.append(f"{where}: zero-point shape {zero_point.shape} differs from scale shape {scale.shape}")
+        quantized_input = constants.get(node.input[0])
+        if node.op_type == "DequantizeLinear" and quantized_input is not None and quantized_input.dtype != np.int8:
+            problems.append(f"{where}: quantized constant {node.input[0]!r} is {quantized_input.dtype}, not int8")
+        if node.op_type == "QuantizeLinear":
+            for consumer in consumers.get(node.output[0], []):
+                if consumer.op_type != "DequantizeLinear":
+                    problems.append(f"{where}: feeds {consumer.op_type} {consumer.name!r}, not a DequantizeLinear")
+
+        # Weight or activation? A weight Q/DQ quantizes a constant (directly, or through its Q).
+        source = node.input[0]
+        if node.op_type == "DequantizeLinear" and source in producer and producer[source].op_type == "QuantizeLinear":
+            source = producer[source].input[0]
+        weight = constants.get(source)
+        if weight is None:
+            if scale.size != 1:
+                problems.append(f"{where}: activation scale has {scale.size} values; activations must be per-tensor")
+            continue
+        if scale.size == 1 and weight.ndim >= 2:
+            problems.append(f"{where}: weight {source!r} {list(weight.shape)} is quantized per-tensor, not per-channel")
+            continue
+        axis = _attribute(node, "axis", 1)
+        if scale.ndim != 1 or axis != 0 or scale.shape[0] != weight.shape[0]:
+            problems.append(
+                f"{where}: weight {source!r} {list(weight.shape)} has scale {list(scale.shape)} on axis {axis}; "
+                "expected per-channel on axis 0"
+            )
+    if quantize_count == 0:
+        problems.append("the graph has no QuantizeLinear/DequantizeLinear nodes")
+    return problems
+
+
+def qdq_summary(model: Any) -> dict[str, Any]:
+    """What is quantized: Q/DQ counts and the ops whose inputs come from a DQ (by type)."""
+    producer = {output: node for node in model.graph.node for output in node.output}
+    quantized_ops: Counter[str] = Counter()
+    float_ops: Counter[str] = Counter()
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        fed = [producer[name].op_type == "DequantizeLinear" for name in node.input if name in producer]
+        (quantized_ops if any(fed) else float_ops)[node.op_type] += 1
+    counts = Counter(node.op_type for node in model.graph.node)
+    return {
+        "quantize_linear": counts["QuantizeLinear"],
+        "dequantize_linear": counts["DequantizeLinear"],
+        "quantized_ops": dict(sorted(quantized_ops.items())),
+        "float_ops": dict(sorted(float_ops.items())),
+    }
+
+
+def check_io(quantized: Any, reference: Any) -> None:
+    """The quantized graph keeps the FP32 graph's input and output names, dtypes and shapes."""
+
+    def signature(model: Any) -> list[tuple[str, str]]:
+        initializers = {init.name for init in model.graph.initializer}
+        values = [v for v in model.graph.input if v.name not in initializers] + list(model.graph.output)
+        return [(v.name, str(v.type.tensor_type).replace("\n", " ")) for v in values]
+
+    if signature(quantized) != signature(reference):
+        raise VerificationError(f"quantized I/O {signature(quantized)} differs from the FP32 model's {signature(reference)}")
+
+
+# --------------------------------------------------------------------------- exclusions
+
+
+def layer_groups(model: Any) -> dict[str, list[str]]:
+    """Node names of each ``LAYER_GROUPS`` entry on this graph."""
+    constants = _constants(model)
+    graph_inputs = {v.name for v in model.graph.input}
+    graph_outputs = {v.name for v in model.graph.output}
+    convs = [node for node in model.graph.node if node.op_type == "Conv"]
+    groups: dict[str, list[str]] = {name: [] for name in LAYER_GROUPS}
+    groups["stem"] = [node.name for node in convs if node.input[0] in graph_inputs]
+    groups["depthwise"] = [
+        node.name
+        for node in convs
+        if _attribute(node, "group", 1) > 1
+        and node.input[1] in constants
+        and constants[node.input[1]].shape[1] == 1
+    ]
+    groups["early"] = [node.name for node in convs[:EARLY_CONVS]]
+    groups["head"] = [convs[-1].name] if convs else []
+    # Gemm/MatMul whose result reaches a graph output through shape-only or bias ops.
+    passthrough = {"Add", "Reshape", "Flatten", "Identity", "Squeeze"}
+    consumers: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def reaches_output(tensor: str, depth: int = 0) -> bool:
+        if tensor in graph_outputs:
+            return True
+        return depth < 4 and any(
+            c.op_type in passthrough and any(reaches_output(o, depth + 1) for o in c.output) for c in consumers.get(tensor, [])
+        )
+
+    groups["classifier"] = [
+        node.name for node in model.graph.node if node.op_type in ("Gemm", "MatMul") and reaches_output(node.output[0])
+    ]
+    return groups
+
+
+def resolve_exclusions(model: Any, options: QuantizeOptions) -> dict[str, Any]:
+    """Layer groups and name patterns -> the exact node names ModelOpt must leave in high precision."""
+    groups = layer_groups(model)
+    names: list[str] = []
+    for group in options.exclude:
+        if not groups[group]:
+            raise BuildError(f"layer group {group!r} matches no node of this graph")
+        names += groups[group]
+    for pattern in options.exclude_nodes:
+        matched = [node.name for node in model.graph.node if re.match(pattern, node.name)]
+        if not matched:
+            raise BuildError(f"--exclude-nodes {pattern!r} matches no node of this graph")
+        names += matched
+    op_types = {node.op_type for node in model.graph.node}
+    unknown = sorted(set(options.exclude_op_types) - op_types)
+    if unknown:
+        raise BuildError(f"--exclude-op-types {', '.join(unknown)}: no such op in the graph ({', '.join(sorted(op_types))})")
+    return {
+        "layer_groups": list(options.exclude),
+        "node_patterns": list(options.exclude_nodes),
+        "op_types": list(options.exclude_op_types),
+        "nodes": sorted(dict.fromkeys(names)),
+    }
+
+
+# --------------------------------------------------------------------------- calibration set
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    path: Path
+    manifest_path: Path
+    sha256: str
+    count: int
+    recipe_hash: str
+
+
+def calibration_recipe(repository: Path, options: QuantizeOptions) -> tuple[dict[str, Any], list[calibration.Source]]:
+    spec, _ = calibration.served_preprocessing(repository)
+    sources = calibration.calibration_sources(options.calibration_dir)
+    calibration.check_disjoint([s.name for s in sources] if options.calibration_dir is None else ())
+    return calibration.recipe(sources, options.samples, options.seed, calibration.CALIBRATION_PROFILE, spec), sources
+
+
+def build_calibration_set(
+    repository: Path, options: QuantizeOptions, log: Log = log_to_stderr, directory: Path = CALIBRATION_DIR
+) -> tuple[CalibrationSet, np.ndarray]:
+    """The calibration array (N, C, H, W) float32, saved as .npy with a manifest; reused when unchanged."""
+    recipe, sources = calibration_recipe(repository, options)
+    recipe["packages"] = package_versions(("numpy", "opencv-python-headless"))
+    recipe["code"] = {name: sha256_file(PROJECT_ROOT / name) for name in CALIBRATION_CODE}
+    recipe_hash = input_hash(recipe)
+    stem = f"calibration-{recipe_hash[:12]}"
+    path, manifest_path = directory / f"{stem}.npy", directory / f"{stem}.json"
+    if path.is_file() and manifest_path.is_file():
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            manifest = json.loads(manifest_path.read_text())
+            if manifest["recipe_hash"] == recipe_hash and manifest["sha256"] == sha256_file(path):
+                log(f"calibration set {path.name} is up to date ({manifest['count']} samples)")
+                return CalibrationSet(path, manifest_path, manifest["sha256"], manifest["count"], recipe_hash), np.load(path)
+    started = time.perf_counter()
+    spec, limits = calibration.served_preprocessing(repository)
+    origin = "--calibration-dir " + str(options.calibration_dir) if options.calibration_dir else "package photos"
+    log(f"building {options.samples} calibration samples from {len(sources)} {origin} (seed {options.seed})")
+    samples = calibration.make_samples(sources, options.samples, options.seed, calibration.CALIBRATION_PROFILE, limits)
+    batch = calibration.preprocess_samples(samples, spec, limits)
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{stem}.", suffix=".npy", delete=False) as file:
+        np.save(file, batch)
+    os.chmod(file.name, 0o644)
+    Path(file.name).replace(path)
+    digest = sha256_file(path)
+    manifest = {
+        "recipe_hash": recipe_hash,
+        "recipe": recipe,
+        "sha256": digest,
+        "count": len(samples),
+        "shape": list(batch.shape),
+        "samples": [
+            {"index": s.index, "source": s.source, "sha256": sha256_bytes(s.data), **s.transform} for s in samples
+        ],
+    }
+    atomic_write_bytes(manifest_path, (json.dumps(manifest, indent=1) + "\n").encode())
+    _prune_calibration_sets(directory)
+    log(f"calibration set {path.relative_to(PROJECT_ROOT) if path.is_relative_to(PROJECT_ROOT) else path} "
+        f"({batch.nbytes / 1e6:.0f} MB, sha256 {digest[:12]}…) in {time.perf_counter() - started:.1f} s")
+    return CalibrationSet(path, manifest_path, digest, len(samples), recipe_hash), batch
+
+
+def _prune_calibration_sets(directory: Path, keep: int = KEEP_CALIBRATION_SETS) -> None:
+    """Delete all but the ``keep`` newest calibration sets (each default one is ~300 MB)."""
+    arrays = sorted(directory.glob("calibration-*.npy"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in arrays[keep:]:
+        for path in (stale, stale.with_suffix(".json")):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def input_record(repository: Path, options: QuantizeOptions) -> dict[str, Any]:
+    source = fp32_path(repository)
+    recipe, _ = calibration_recipe(repository, options)
+    return {
+        "input_onnx": {"file": source.name, "sha256": sha256_file(source)},
+        "calibration_recipe": input_hash(recipe),
+        "options": options.record(),
+        "configs": {name: sha256_file(Path(repository) / name) for name in ("core/config.pbtxt", "preprocess/config.pbtxt")},
+        "sources": {name: sha256_file(PROJECT_ROOT / name) for name in SOURCE_FILES},
+        "packages": package_versions(PACKAGES),
+    }
+
+
+def is_up_to_date(output: Path, provenance_path: Path, expected_hash: str) -> bool:
+    if not (output.is_file() and provenance_path.is_file()):
+        return False
+    try:
+        record = json.loads(provenance_path.read_text())
+        return record["input_hash"] == expected_hash and record["model"]["sha256"] == sha256_file(output)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def run_modelopt(
+    source: Path, output: Path, data: np.ndarray, input_name: str, options: QuantizeOptions, exclusions: dict[str, Any], log_path: Path
+) -> None:
+    """ModelOpt INT8 PTQ on CPU, in a scratch folder (it writes intermediates beside its input)."""
+    from modelopt.onnx.quantization import quantize as modelopt_quantize
+
+    WORK_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=WORK_DIR) as scratch:
+        scratch_input = Path(scratch) / source.name
+        shutil.copy2(source, scratch_input)
+        scratch_output = Path(scratch) / output.name
+        batch = min(options.calibration_batch, len(data))
+        usable = len(data) - len(data) % batch  # ModelOpt splits the array into equal batches
+        shape = "x".join(str(d) for d in (batch, *data.shape[1:]))
+        # ModelOpt logs to stdout and ORT's calibration draws tqdm bars on stderr: both go to the log file.
+        with open(log_path, "w") as log_file, contextlib.redirect_stdout(log_file), contextlib.redirect_stderr(log_file):
+            modelopt_quantize(
+                str(scratch_input),
+                quantize_mode="int8",
+                calibration_data={input_name: data[:usable]},
+                calibration_method=options.method,
+                calibration_shapes=f"{input_name}:{shape}",
+                calibration_eps=["cpu"],
+                op_types_to_exclude=list(exclusions["op_types"]) or None,
+                nodes_to_exclude=[f"{re.escape(name)}$" for name in exclusions["nodes"]] or None,
+                high_precision_dtype=options.high_precision,
+                output_path=str(scratch_output),
+                log_level="INFO",
+            )
+        if not scratch_output.is_file():
+            raise BuildError(f"ModelOpt wrote no model; see {log_path}")
+        shutil.move(str(scratch_output), output)
+
+
+def quantize(
+    repository: Path | str = model_config.MODEL_REPOSITORY,
+    options: QuantizeOptions = QuantizeOptions(),
+    force: bool = False,
+    output: Path | None = None,
+    log: Log = log_to_stderr,
+) -> QuantizeResult:
+    """Run the quantize step; returns what it did. Raises ``BuildError`` on failure."""
+    import onnx
+
+    started = time.perf_counter()
+    repository = Path(repository)
+    source = fp32_path(repository)
+    if not source.is_file():
+        raise BuildError(f"{source} does not exist; run `python -m builders export` first")
+    output = Path(output) if output else int8_path(repository)
+    provenance_path = output.with_name(output.name + ".json")
+    core = model_config.load_config(repository / "core")
+    input_name = model_config.only_tensor(core, "input").name
+
+    record = input_record(repository, options)
+    expected_hash = input_hash(record)
+    if not force and is_up_to_date(output, provenance_path, expected_hash):
+        log(f"up to date ({output.name})")
+        return QuantizeResult("up to date", output, provenance_path, json.loads(provenance_path.read_text()))
+
+    _require_modules()
+    reference = onnx.load(str(source))
+    exclusions = resolve_exclusions(reference, options)
+    calib, data = build_calibration_set(repository, options, log)
+    described = ", ".join(options.exclude + options.exclude_nodes + options.exclude_op_types) or "none"
+    log(
+        f"ModelOpt {package_versions(['nvidia-modelopt'])['nvidia-modelopt']}: int8, {options.method} calibration on "
+        f"{calib.count} samples, high precision {options.high_precision}, excluded: {described} "
+        f"({len(exclusions['nodes'])} nodes)"
+    )
+    WORK_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = WORK_DIR / "modelopt.log"
+    calibration_started = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=WORK_DIR) as scratch:
+        candidate = Path(scratch) / output.name
+        try:
+            run_modelopt(source, candidate, data, input_name, options, exclusions, log_path)
+        except (AssertionError, ValueError, RuntimeError) as error:
+            raise BuildError(f"ModelOpt failed: {error}; see {log_path}") from None
+        calibration_seconds = time.perf_counter() - calibration_started
+        del data
+        quantized = onnx.load(str(candidate))
+        try:
+            onnx.checker.check_model(quantized, full_check=True)
+        except onnx.checker.ValidationError as error:
+            raise VerificationError(f"onnx.checker rejected the quantized graph: {str(error).strip().splitlines()[0]}") from None
+        problems = qdq_violations(quantized)
+        if problems:
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise VerificationError(f"the quantized graph is not TensorRT-style INT8: {'; '.join(problems[:5])}{more}")
+        check_io(quantized, reference)
+        model_bytes = candidate.read_bytes()
+
+    summary = qdq_summary(quantized)
+    opset = max(o.version for o in quantized.opset_import if o.domain in STANDARD_DOMAINS)
+    provenance = {
+        "step": "quantize",
+        "input_hash": expected_hash,
+        "inputs": record,
+        "quantizer": {
+            "tool": "nvidia-modelopt",
+            "version": package_versions(["nvidia-modelopt"])["nvidia-modelopt"],
+            "api": "modelopt.onnx.quantization.quantize",
+            "quantize_mode": "int8",
+            "calibration_method": options.method,
+            "high_precision_dtype": options.high_precision,
+            "calibration_eps": ["cpu"],
+            "calibration_batch": options.calibration_batch,
+            "exclusions": exclusions,
+            "defaults_rationale": DEFAULT_RATIONALE,
+        },
+        "calibration": {
+            "file": calib.path.name,
+            "sha256": calib.sha256,
+            "samples": calib.count,
+            "seed": options.seed,
+            "source": str(options.calibration_dir) if options.calibration_dir else "package photos",
+            "photos": [s["name"] for s in calibration_recipe(repository, options)[0]["sources"]],
+            "held_out_photos": list(calibration.EVALUATION_PHOTOS),
+            "profile": calibration.CALIBRATION_PROFILE.name,
+            "recipe_hash": calib.recipe_hash,
+        },
+        "input_onnx": {"file": source.name, "sha256": record["input_onnx"]["sha256"]},
+        "model": {
+            "file": output.name,
+            "sha256": sha256_bytes(model_bytes),
+            "bytes": len(model_bytes),
+            "opset": opset,
+            "node_count": len(quantized.graph.node),
+            "qdq": summary,
+            "checks": "onnx.checker full; standard domains only; Q/DQ int8, zero-point 0; weights per-channel axis 0; activations per-tensor",
+        },
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "calibration_seconds": round(calibration_seconds, 1),
+        "seconds": round(time.perf_counter() - started, 1),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    atomic_write_bytes(output, model_bytes)
+    atomic_write_bytes(provenance_path, (json.dumps(provenance, indent=2) + "\n").encode())
+    log(
+        f"wrote {output.name} ({len(model_bytes) / 1e6:.1f} MB, opset {opset}, {summary['quantize_linear']} Q / "
+        f"{summary['dequantize_linear']} DQ; quantized {sum(summary['quantized_ops'].values())} ops) in "
+        f"{provenance['seconds']} s (ModelOpt {provenance['calibration_seconds']} s), peak RSS {provenance['peak_rss_mb']:.0f} MB"
+    )
+    return QuantizeResult("quantized", output, provenance_path, provenance)
+
+
+def options_from_args(args: Any) -> QuantizeOptions:
+    def split(values: Sequence[str] | None) -> tuple[str, ...]:
+        items: list[str] = []
+        for value in values or ():
+            items += [item.strip() for item in value.split(",") if item.strip()]
+        return tuple(items)
+
+    exclude = split(args.exclude) if args.exclude is not None else DEFAULT_EXCLUDE
+    return QuantizeOptions(
+        method=args.method,
+        samples=args.samples,
+        seed=args.seed,
+        calibration_dir=args.calibration_dir,
+        exclude=tuple(item for item in exclude if item != "none"),
+        exclude_nodes=tuple(args.exclude_nodes or ()),
+        exclude_op_types=split(args.exclude_op_types),
+        high_precision=args.high_precision,
+        calibration_batch=args.calibration_batch,
+    )
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("--method", choices=METHODS, default=DEFAULT_METHOD, help="activation calibration (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, metavar="N", help="calibration samples (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=calibration.CALIBRATION_SEED, help="augmentation seed (default: %(default)s)")
+    parser.add_argument(
+        "--calibration-dir",
+        type=Path,
+        metavar="DIR",
+        help="calibrate on the JPEG/PNG images in DIR (plus augmentations up to --samples) instead of the package photos",
+    )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        metavar="GROUPS",
+        help=f"layer groups kept in high precision, comma-separated: {', '.join(LAYER_GROUPS)}, or none "
+        f"(default: {','.join(DEFAULT_EXCLUDE) or 'none'})",
+    )
+    parser.add_argument("--exclude-nodes", action="append", metavar="REGEX", help="node names kept in high precision (re.match; repeatable)")
+    parser.add_argument("--exclude-op-types", action="append", metavar="OPS", help="op types kept in high precision, comma-separated")
+    parser.add_argument(
+        "--high-precision",
+        choices=HIGH_PRECISION_DTYPES,
+        default=DEFAULT_HIGH_PRECISION,
+        help="dtype of the layers left unquantized (default: %(default)s; fp16 is for TensorRT, onnxruntime's CPU kernels are fp32)",
+    )
+    parser.add_argument("--calibration-batch", type=int, default=DEFAULT_CALIBRATION_BATCH, metavar="N", help="images per calibration run (default: %(default)s)")
+    parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write (default: core/{MODEL_VERSION}/{INT8_FILENAME})")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+
+
+def run_from_args(args: Any) -> int:
+    quantize(args.repository, options_from_args(args), force=args.force, output=args.output)
+    return 0
