@@ -1,11 +1,16 @@
 """Builders: produce the model repository's artifacts from pinned inputs.
 
-Each named step (``export`` now; ``check``, ``fix``, ``quantize``,
-``evaluate``, ``build-engine`` later) is a module with a plain function and a
+Each named step (``export``, ``check``, ``fix``, ``quantize``, ``evaluate``,
+``build-engine``, ``verify-plan``) is a module with a plain function and a
 subcommand of ``python -m builders``. Steps read tensor names, dims and
 preprocessing parameters from the model repository's configs, never from
 literals, and record the hashes of their inputs beside what they write.
 """
+
+import sys
+from typing import Callable
+
+Log = Callable[[str], None]
 
 
 class BuildError(Exception):
@@ -16,3 +21,18 @@ class BuildError(Exception):
     """
 
     exit_code = 2
+
+
+class CheckFailed(BuildError):
+    """A step's result failed a verification or gate; nothing was written."""
+
+    exit_code = 1
+
+
+def stderr_logger(step: str) -> Log:
+    """Progress lines for one step, prefixed with its name, on stderr."""
+
+    def log(message: str) -> None:
+        print(f"{step}: {message}", file=sys.stderr, flush=True)
+
+    return log

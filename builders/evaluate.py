@@ -25,9 +25,8 @@ exits 1.
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from builders import BuildError, calibration
+from builders import BuildError, CheckFailed, Log, calibration, stderr_logger
 from builders.artifacts import atomic_write_bytes, sha256_file
 from builders.export_onnx import PROJECT_ROOT
 from builders.quantize import fp32_path, int8_path
@@ -51,17 +50,12 @@ DEFAULT_MIN_TOP5 = 0.90
 DEFAULT_MIN_COSINE = 0.98
 TOP_K = 5
 
-Log = Callable[[str], None]
 
-
-class GateFailed(BuildError):
+class GateFailed(CheckFailed):
     """INT8 departs from FP32 more than the thresholds allow."""
 
-    exit_code = 1
 
-
-def log_to_stderr(message: str) -> None:
-    print(f"evaluate: {message}", file=sys.stderr, flush=True)
+log_to_stderr = stderr_logger("evaluate")
 
 
 @dataclass(frozen=True)

