@@ -2,16 +2,24 @@
 
 The parameters come from the preprocess model's ``config.pbtxt``
 (``PreprocessSpec.from_config``), so a model version carries its own
-preprocessing. Resize-shorter-side + center-crop is computed as a single
-affine warp that evaluates only the cropped output pixels: the result equals
-``cv2.resize`` followed by a crop (up to OpenCV's fixed-point rounding), but a
-very elongated image never allocates its huge resized intermediate.
+preprocessing. Resize-shorter-side + center-crop is ``cv2.resize`` followed by
+a crop when the resized image is at most ``MAX_RESIZE_AREA_RATIO`` times the
+crop (every photo-like aspect ratio): OpenCV's separable, vectorized resize is
+about 4x faster than a warp. A more elongated image is instead computed as a
+single affine warp that evaluates only the cropped output pixels, so it never
+allocates its huge resized intermediate; the two paths agree up to OpenCV's
+fixed-point rounding (the warp's 1/32-pixel coordinate grid).
+
+Speed (``benchmarks/``): crops are written straight into one uint8 batch
+buffer, normalization writes straight into the float output (``out`` lets a
+caller supply it), and ``set_threads`` bounds OpenCV's own thread pool, since
+Triton already runs model instances in parallel on few cores.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import cv2
 import numpy as np
@@ -26,6 +34,14 @@ INTERPOLATIONS = {
 }
 LAYOUTS = ("NCHW", "NHWC")
 COLOR_ORDERS = ("RGB", "BGR")
+# Resize the whole image (then crop) up to this many times the crop's area;
+# beyond, warp only the crop (bounded cost and memory for elongated images).
+MAX_RESIZE_AREA_RATIO = 4.0
+
+
+def set_threads(count: int) -> None:
+    """OpenCV's thread pool size for this process (0: OpenCV's default, one per CPU)."""
+    cv2.setNumThreads(count if count > 0 else -1)
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ class PreprocessSpec:
         return (self.crop_size, self.crop_size, 3)
 
     @classmethod
-    def from_config(cls, config: model_config.ModelConfig) -> "PreprocessSpec":
+    def from_config(cls, config: model_config.ModelConfig) -> PreprocessSpec:
         layout = model_config.parameter(config, "layout")
         dims = list(model_config.only_tensor(config, "output").dims)
         if len(dims) != 3:
@@ -100,13 +116,28 @@ def resized_size(width: int, height: int, shorter_side: int) -> tuple[int, int]:
     return int(shorter_side * width / height), shorter_side
 
 
-def resize_and_crop(image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
-    """HxWx3 uint8 -> crop x crop x 3 uint8: resize shorter side, then center-crop."""
+def _crop_origin(new_width: int, new_height: int, crop: int) -> tuple[int, int]:
+    return round((new_width - crop) / 2.0), round((new_height - crop) / 2.0)
+
+
+def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
+    """HxWx3 uint8 -> crop x crop x 3 uint8: resize shorter side, then center-crop.
+
+    ``out``, a C-contiguous crop x crop x 3 uint8 array, receives the result
+    (no intermediate copy on the warp path).
+    """
     height, width = image.shape[:2]
     new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
     crop = spec.crop_size
-    left = int(round((new_width - crop) / 2.0))
-    top = int(round((new_height - crop) / 2.0))
+    left, top = _crop_origin(new_width, new_height, crop)
+    interpolation = INTERPOLATIONS[spec.interpolation]
+    if new_width * new_height <= MAX_RESIZE_AREA_RATIO * crop * crop:
+        resized = cv2.resize(image, (new_width, new_height), interpolation=interpolation)
+        cropped = resized[top : top + crop, left : left + crop]
+        if out is None:
+            return np.ascontiguousarray(cropped)
+        out[...] = cropped
+        return out
     scale_x = new_width / width
     scale_y = new_height / height
     # Output pixel (x, y) is resized pixel (x + left, y + top), whose source
@@ -118,13 +149,18 @@ def resize_and_crop(image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
         ],
         dtype=np.float64,
     )
-    return cv2.warpAffine(
+    warped = cv2.warpAffine(
         image,
         inverse_map,
         (crop, crop),
-        flags=INTERPOLATIONS[spec.interpolation] | cv2.WARP_INVERSE_MAP,
+        dst=out,
+        flags=interpolation | cv2.WARP_INVERSE_MAP,
         borderMode=cv2.BORDER_REPLICATE,
     )
+    if out is not None and warped is not out:  # OpenCV allocated anyway (should not happen)
+        out[...] = warped
+        return out
+    return warped
 
 
 def normalize_batch(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
@@ -145,13 +181,13 @@ def normalize_batch(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | N
     return out
 
 
-def preprocess_batch(images: Sequence[np.ndarray], spec: PreprocessSpec) -> np.ndarray:
-    """Decoded RGB uint8 images of any sizes -> one float32 model-input batch."""
+def preprocess_batch(images: Sequence[np.ndarray], spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
+    """Decoded RGB uint8 images of any sizes -> one float32 model-input batch (written into ``out`` if given)."""
     crop = spec.crop_size
     crops = np.empty((len(images), crop, crop, 3), dtype=np.uint8)
     for index, image in enumerate(images):
-        crops[index] = resize_and_crop(image, spec)
-    return normalize_batch(crops, spec)
+        resize_and_crop(image, spec, out=crops[index])
+    return normalize_batch(crops, spec, out=out)
 
 
 def decode_payloads(payloads: np.ndarray, limits: ImageLimits) -> list[np.ndarray]:

@@ -10,6 +10,7 @@ class TritonPythonModel:
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
         self.spec = preprocessing.PreprocessSpec.from_config(config)
+        preprocessing.set_threads(model_config.int_parameter(config, "opencv_threads", 0))
         self.limits = preprocessing.limits_from_config(config)
         self.input_name = model_config.only_tensor(config, "input").name
         self.output_name = model_config.only_tensor(config, "output").name

@@ -1,0 +1,74 @@
+"""CPU time of a process tree (Linux /proc): what a request costs, independent of other load.
+
+On a shared machine throughput depends on what else runs; the CPU time the
+server spends per request barely does. ``ProcessTreeCPU(pid)`` sums user +
+system time of a process and all its descendants (tritonserver and its
+Python-backend stubs; uvicorn), so a measurement window can report
+server CPU ms per request next to throughput. Throughput on an otherwise
+idle machine is bounded by ``CPUs x 1000 / (server + client CPU ms per request)``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system seconds) of one process, or None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces; fields after its ')' are fixed.
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def tree_cpu_seconds(root: int) -> float | None:
+    """User + system CPU seconds of ``root`` and its live descendants (None without /proc)."""
+    if not Path("/proc").is_dir():
+        return None
+    stats = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            found = _stat(int(entry.name))
+            if found is not None:
+                stats[int(entry.name)] = found
+    if root not in stats:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, pending = 0.0, [root]
+    while pending:
+        pid = pending.pop()
+        total += stats[pid][1]
+        pending.extend(children.get(pid, []))
+    return total
+
+
+class WindowCPU:
+    """CPU seconds of the server's process tree and of this (client) process over a window."""
+
+    def __init__(self, server_pid: int | None) -> None:
+        self.server_pid = server_pid
+        self.server_s: float | None = None
+        self.client_s: float | None = None
+
+    def start(self) -> None:
+        self._server = tree_cpu_seconds(self.server_pid) if self.server_pid else None
+        self._client = _own_cpu_seconds()
+
+    def end(self) -> None:
+        if self._server is not None and self.server_pid is not None:
+            after = tree_cpu_seconds(self.server_pid)
+            self.server_s = None if after is None else after - self._server
+        self.client_s = _own_cpu_seconds() - self._client
+
+
+def _own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system

@@ -1,0 +1,57 @@
+"""The naive baseline: a minimal FastAPI app doing the served work per request, no batching.
+
+    uvicorn benchmarks.naive_service:app --workers 1
+
+POST raw image bytes to /classify; the answer is the top-k as JSON. Each
+request runs decode -> preprocess -> onnxruntime -> top-k on its own in
+Starlette's thread pool (what a plain ``def`` endpoint does), with the same
+library and configs as the served models. By default onnxruntime and OpenCV
+keep their default thread settings, as in a service written without tuning;
+``BENCH_NAIVE_TUNED=1`` gives it the served settings instead (one intra-op
+thread, OpenCV's pool as configured), to separate what thread tuning buys
+from what Triton buys.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
+
+from benchmarks.pipeline import Pipeline
+from vision_serving import model_config
+from vision_serving.image_codec import ImageError
+
+REPOSITORY_ENV = "BENCH_MODEL_REPOSITORY"
+TUNED_ENV = "BENCH_NAIVE_TUNED"
+
+app = FastAPI(title="naive image classifier")
+pipeline = Pipeline(
+    Path(os.environ.get(REPOSITORY_ENV, model_config.MODEL_REPOSITORY)),
+    library_defaults=os.environ.get(TUNED_ENV) != "1",
+)
+
+
+def _classify(data: bytes) -> dict:
+    (result,) = pipeline.classify([data])
+    return {
+        "labels": [label.decode() for label in result.labels],
+        "scores": result.scores.tolist(),
+        "class_ids": result.class_ids.tolist(),
+    }
+
+
+@app.get("/health")
+def health() -> dict:
+    return {"ready": True}
+
+
+@app.post("/classify")
+async def classify(request: Request) -> dict:
+    data = await request.body()
+    try:
+        return await run_in_threadpool(_classify, data)
+    except ImageError as error:
+        raise HTTPException(status_code=400, detail=str(error)) from None

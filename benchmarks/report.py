@@ -1,0 +1,337 @@
+"""Targets, the Markdown report and the plot of a benchmark run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vision_serving import model_config
+
+OPTIMIZATION_LOG = Path(__file__).resolve().parent / "optimizations.md"
+LABELS = {
+    "ensemble_grpc": "ensemble (gRPC)",
+    "ensemble_http": "ensemble (HTTP)",
+    "naive": "naive FastAPI",
+    "naive_tuned": "naive FastAPI, served thread settings",
+    "core_grpc": "core alone (gRPC, float tensors)",
+    "perf_analyzer": "perf_analyzer (ensemble, gRPC)",
+}
+TARGET_RATIO_LIMIT = 0.8
+TARGET_RATIO_NAIVE = 2.0
+TARGET_CONCURRENCY_NAIVE = 16
+BATCHING_FROM_CONCURRENCY = 4
+
+
+def model_config_summary(repository: Path) -> dict:
+    """The knobs that matter for speed, as served (core: configs/cpu.pbtxt)."""
+    summary = {}
+    for name, variant in (("preprocess", None), ("core", "cpu"), ("postprocess", None), ("image_classifier", None)):
+        try:
+            config = model_config.load_config(repository / name, variant)
+        except model_config.ConfigError:
+            continue
+        entry: dict = {"max_batch_size": config.max_batch_size}
+        if config.HasField("dynamic_batching"):
+            entry["max_queue_delay_us"] = config.dynamic_batching.max_queue_delay_microseconds
+            entry["preferred_batch_size"] = list(config.dynamic_batching.preferred_batch_size)
+        if config.instance_group:
+            entry["instances"] = sum(int(group.count or 1) for group in config.instance_group)
+        threads = {key: value.string_value for key, value in config.parameters.items() if "thread" in key or "spin" in key}
+        if threads:
+            entry["parameters"] = threads
+        summary[name] = entry
+    return summary
+
+
+def _rows(results: dict, system: str) -> list[dict]:
+    return [row for row in results.get("systems", {}).get(system, []) if row.get("throughput") is not None]
+
+
+def _at(results: dict, system: str, concurrency: int) -> dict | None:
+    return next((row for row in _rows(results, system) if row["concurrency"] == concurrency), None)
+
+
+def inprocess_limit(results: dict) -> dict | None:
+    rows = list(results.get("inprocess", []))
+    if results.get("inprocess_end"):
+        rows.append({**results["inprocess_end"], "at_end": True})
+    return max(rows, key=lambda row: row["throughput"]) if rows else None
+
+
+def targets(results: dict) -> dict:
+    report: dict = {}
+    limit = inprocess_limit(results)
+    grpc = _rows(results, "ensemble_grpc")
+    best = max(grpc, key=lambda row: row["throughput"]) if grpc else None
+    if limit and best:
+        ratio = best["throughput"] / limit["throughput"]
+        report["vs_inprocess_limit"] = {
+            "description": f"ensemble (gRPC) at its best concurrency >= {TARGET_RATIO_LIMIT} x in-process limit",
+            "value": round(ratio, 3),
+            "detail": f"{best['throughput']:.1f} req/s at c={best['concurrency']} vs {limit['throughput']:.1f} img/s "
+            f"({limit['mode']}, batch {limit['batch_size']})",
+            "met": ratio >= TARGET_RATIO_LIMIT,
+        }
+    ensemble_c, naive_c = _at(results, "ensemble_grpc", TARGET_CONCURRENCY_NAIVE), _at(results, "naive", TARGET_CONCURRENCY_NAIVE)
+    if ensemble_c and naive_c and naive_c["throughput"] > 0:
+        ratio = ensemble_c["throughput"] / naive_c["throughput"]
+        report["vs_naive_c16"] = {
+            "description": f"ensemble (gRPC) at c={TARGET_CONCURRENCY_NAIVE} >= {TARGET_RATIO_NAIVE} x naive service",
+            "value": round(ratio, 3),
+            "detail": f"{ensemble_c['throughput']:.1f} vs {naive_c['throughput']:.1f} req/s",
+            "met": ratio >= TARGET_RATIO_NAIVE,
+        }
+    tuned_c = _at(results, "naive_tuned", TARGET_CONCURRENCY_NAIVE)
+    if ensemble_c and tuned_c and tuned_c["throughput"] > 0:
+        ratio = ensemble_c["throughput"] / tuned_c["throughput"]
+        report["vs_naive_tuned_c16"] = {
+            "description": f"(context, no target) ensemble (gRPC) at c={TARGET_CONCURRENCY_NAIVE} / naive service with the served thread settings",
+            "value": round(ratio, 3),
+            "detail": f"{ensemble_c['throughput']:.1f} vs {tuned_c['throughput']:.1f} req/s",
+            "met": None,
+        }
+    # CPU cost per image: steadier than throughput on a shared machine (see benchmarks/cpu.py).
+    def cpu_per_request(row: dict | None) -> float | None:
+        if not row or row.get("server_cpu_ms_per_request") is None:
+            return None
+        return row["server_cpu_ms_per_request"] + (row.get("client_cpu_ms_per_request") or 0.0)
+
+    ensemble_cpu = cpu_per_request(best)
+    if limit and limit.get("cpu_ms_per_image") and ensemble_cpu:
+        report["cpu_vs_inprocess"] = {
+            "description": "(context, no target) CPU per image: in-process limit / ensemble (server + client) at its best concurrency",
+            "value": round(limit["cpu_ms_per_image"] / ensemble_cpu, 3),
+            "detail": f"{limit['cpu_ms_per_image']:.1f} vs {ensemble_cpu:.1f} ms: ≈ the throughput ratio on an otherwise idle machine, where both are CPU-bound",
+            "met": None,
+        }
+    naive_cpu, ensemble_c_cpu = cpu_per_request(naive_c), cpu_per_request(ensemble_c)
+    if naive_cpu and ensemble_c_cpu:
+        report["cpu_vs_naive_c16"] = {
+            "description": f"(context, no target) CPU per request at c={TARGET_CONCURRENCY_NAIVE}: naive service / ensemble (both server + client)",
+            "value": round(naive_cpu / ensemble_c_cpu, 3),
+            "detail": f"{naive_cpu:.1f} vs {ensemble_c_cpu:.1f} ms: ≈ the throughput ratio on an otherwise idle machine, where both are CPU-bound",
+            "met": None,
+        }
+    batches = {
+        row["concurrency"]: (row.get("triton") or {}).get("core", {}).get("avg_batch")
+        for row in grpc
+        if row["concurrency"] >= BATCHING_FROM_CONCURRENCY
+    }
+    if batches:
+        report["dynamic_batching"] = {
+            "description": f"average core batch > 1 at every concurrency >= {BATCHING_FROM_CONCURRENCY} (ensemble gRPC)",
+            "value": batches,
+            "met": all(value is not None and value > 1 for value in batches.values()),
+        }
+    errors = {
+        system: sum(int(row.get("errors") or 0) for row in rows) + sum(1 for row in rows if row.get("error"))
+        for system, rows in results.get("systems", {}).items()
+    }
+    report["no_errors"] = {
+        "description": "no errors at any concurrency, any system",
+        "value": errors,
+        "met": all(count == 0 for count in errors.values()),
+    }
+    return report
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    numeric = [all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if is_number else "---" for is_number in numeric) + "|"]
+    lines += ["| " + " | ".join(_fmt(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def results_table(results: dict) -> str:
+    rows = []
+    for system in ("ensemble_grpc", "ensemble_http", "naive", "naive_tuned", "core_grpc", "perf_analyzer"):
+        for row in results.get("systems", {}).get(system, []):
+            if row.get("error"):
+                rows.append([LABELS[system], row["concurrency"], None, None, None, None, f"failed: {row['error']}", None, None])
+                continue
+            rows.append([
+                LABELS[system], row["concurrency"], row["throughput"], row.get("p50_ms"), row.get("p95_ms"),
+                row.get("p99_ms"), row.get("errors", 0), row.get("server_cpu_ms_per_request"), row.get("client_cpu_ms_per_request"),
+            ])
+    return _table(
+        ["system", "concurrency", "throughput (req/s)", "p50 ms", "p95 ms", "p99 ms", "errors", "server CPU ms/req", "client CPU ms/req"],
+        rows,
+    )
+
+
+def steps_table(results: dict) -> str:
+    rows = []
+    for row in _rows(results, "ensemble_grpc"):
+        stats = row.get("triton") or {}
+        cells: list = [row["concurrency"], (stats.get("image_classifier") or {}).get("request_ms")]
+        for model in ("preprocess", "core", "postprocess"):
+            entry = stats.get(model) or {}
+            cells += [entry.get("avg_batch"), entry.get("queue_ms"), entry.get("compute_ms")]
+        rows.append(cells)
+    header = ["c", "ensemble server ms"]
+    for model in ("preprocess", "core", "postprocess"):
+        header += [f"{model} batch", f"{model} queue ms", f"{model} compute ms"]
+    return _table(header, rows)
+
+
+def cross_check_table(results: dict) -> str:
+    rows = []
+    for theirs in results.get("systems", {}).get("perf_analyzer", []):
+        ours = _at(results, "ensemble_grpc", theirs["concurrency"])
+        if theirs.get("error") or ours is None:
+            rows.append([theirs["concurrency"], ours and ours["throughput"], None, None, None, None, None, theirs.get("error", "")])
+            continue
+        rows.append([
+            theirs["concurrency"], ours["throughput"], theirs["throughput"], ours["throughput"] / theirs["throughput"],
+            ours["p50_ms"], theirs.get("p50_ms"), ours["p99_ms"], theirs.get("p99_ms"),
+        ])
+    return _table(
+        ["c", "ours req/s", "perf_analyzer infer/s", "ours / theirs", "ours p50 ms", "theirs p50 ms", "ours p99 ms", "theirs p99 ms"],
+        rows,
+    )
+
+
+def inprocess_table(results: dict) -> str:
+    rows = [
+        [row["mode"], row["batch_size"], row["throughput"], row.get("batch_ms_p50"), row.get("cpu_ms_per_image")]
+        for row in results.get("inprocess", [])
+    ]
+    end = results.get("inprocess_end")
+    if end:
+        rows.append([f"{end['mode']} (again, at the end)", end["batch_size"], end["throughput"], end.get("batch_ms_p50"), end.get("cpu_ms_per_image")])
+    return _table(["mode", "batch size", "throughput (img/s)", "batch p50 ms", "CPU ms/img"], rows)
+
+
+def markdown(results: dict) -> str:
+    machine = results["machine"]
+    images = results["images"]
+    out = ["# Benchmark: image_classifier ensemble vs the in-process limit and a naive service\n"]
+    out.append(f"Command: `{results['command']}`  \n")
+    out.append(f"Run: {results['started_at']}, {results['elapsed_s']:.0f} s{' (quick mode: smoke numbers only)' if results.get('quick') else ''}.\n")
+    out.append(
+        f"\nMachine: {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['logical_cpus']} logical CPUs, "
+        f"{machine['memory_gib']} GiB, Linux {machine['kernel']}, Python {machine['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
+        + f"; Triton {results.get('server', {}).get('triton_version')} (CPU, Python backend).  \n"
+        f"Load average (1/5/15 min) at start {results['load_average_start']}, at end {results['load_average_end']} "
+        "(a shared machine: compare systems within this run, as ratios).\n"
+    )
+    out.append(
+        f"\nRequests: {images['count']} real photos ({', '.join(images['photos'])}) re-encoded as {images['format']}, "
+        f"longer side {'/'.join(map(str, images['longer_sides']))} px, {images['bytes_min'] // 1000}–{images['bytes_max'] // 1000} KB "
+        f"(mean {images['bytes_mean'] // 1000} KB); {results['settings']['request']}. Closed loop: each of N workers keeps one request "
+        f"in flight; {results['settings']['warmup_s']} s warm-up, then a {results['settings']['duration_s']} s window per level.\n"
+    )
+    if results.get("skipped"):
+        out.append("\nSkipped: " + "; ".join(f"{k}: {v}" for k, v in results["skipped"].items()) + "\n")
+    out.append("\n## Targets\n\n")
+    target_rows = [
+        [t["description"], _fmt_value(t["value"]), t.get("detail", ""), {True: "met", False: "**missed**", None: "–"}[t["met"]]]
+        for t in results["targets"].values()
+    ]
+    out.append(_table(["target", "value", "detail", ""], target_rows))
+    out.append("\n## Throughput and latency\n\n")
+    out.append(results_table(results))
+    out.append(
+        "\nserver CPU ms/req: user+system CPU time of the server's whole process tree (tritonserver and its "
+        "Python-backend stubs; the uvicorn process) per completed request over the window. Unlike throughput it "
+        "hardly depends on other load on the machine, so it is the steadier measure of efficiency; on an idle "
+        "machine throughput is bounded by CPUs x 1000 / (server + client CPU ms/req). client CPU ms/req: the load generator's own.\n"
+    )
+    out.append("\n![throughput and p99 latency vs concurrency](plot.png)\n")
+    out.append("\n## Ensemble per step (Triton statistics over each window)\n\n")
+    out.append(
+        "batch = items per execution; queue = mean wait in the model's dynamic-batching queue per request; "
+        "compute = mean input+infer+output time of the batch a request was in; ensemble server ms = mean server-side time of a request.\n\n"
+    )
+    out.append(steps_table(results))
+    if results.get("systems", {}).get("perf_analyzer"):
+        out.append("\n## Cross-check with perf_analyzer (same JPEGs, gRPC, same concurrencies)\n\n")
+        out.append(cross_check_table(results))
+    out.append("\n## In-process limit (one Python process, no server)\n\n")
+    out.append(
+        "decode + preprocess + core (onnxruntime, the served session options) + top-k on batches of the same JPEGs. "
+        "sequential: one thread; pipelined: preprocessing of the next batch overlaps the core on this one (two threads); "
+        "parallel xN: N threads (one per CPU), each running the whole pipeline. The best row is the limit.\n\n"
+    )
+    out.append(inprocess_table(results))
+    out.append("\n## Served configuration\n\n")
+    out.append(_table(["model", "settings"], [[name, _fmt_value(entry)] for name, entry in results.get("model_configs", {}).items()]))
+    if OPTIMIZATION_LOG.is_file():
+        out.append("\n" + OPTIMIZATION_LOG.read_text())
+    return "".join(out)
+
+
+def _fmt_value(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_fmt_value(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def plot(results: dict, path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 3.9), dpi=80)
+    levels: set[int] = set()
+    for system, label in LABELS.items():
+        rows = sorted(_rows(results, system), key=lambda row: row["concurrency"])
+        if not rows:
+            continue
+        xs = [row["concurrency"] for row in rows]
+        levels.update(xs)
+        style = "--" if system == "perf_analyzer" else "-"
+        left.plot(xs, [row["throughput"] for row in rows], style, marker="o", label=label)
+        middle.plot(xs, [row.get("p99_ms") for row in rows], style, marker="o", label=label)
+        cpu_rows = [row for row in rows if row.get("server_cpu_ms_per_request") is not None]
+        if cpu_rows:
+            right.plot(
+                [row["concurrency"] for row in cpu_rows],
+                [row["server_cpu_ms_per_request"] + (row.get("client_cpu_ms_per_request") or 0) for row in cpu_rows],
+                style, marker="o", label=label,
+            )
+        else:  # keep the colours of the three panels in step
+            right.plot([], [])
+    limit = inprocess_limit(results)
+    if limit:
+        left.axhline(limit["throughput"], color="black", linestyle=":", label=f"in-process limit ({limit['throughput']:.0f} img/s)")
+        if limit.get("cpu_ms_per_image"):
+            right.axhline(limit["cpu_ms_per_image"], color="black", linestyle=":", label="in-process limit")
+    left.set(xlabel="concurrency", ylabel="requests / s", title="throughput")
+    middle.set(xlabel="concurrency", ylabel="ms", title="p99 latency", yscale="log")
+    right.set(xlabel="concurrency", ylabel="ms per request", title="CPU per request (server + client)")
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    for axis in (left, middle, right):
+        axis.set_xscale("log", base=2)
+        axis.xaxis.set_major_locator(FixedLocator(sorted(levels)))
+        axis.xaxis.set_minor_locator(NullLocator())
+        axis.set_xticklabels([str(level) for level in sorted(levels)])
+        axis.grid(alpha=0.3)
+    left.set_ylim(bottom=0)
+    right.set_ylim(bottom=0)
+    left.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+    return path
+
+
+def summary(results: dict) -> str:
+    lines = [results_table(results), "Targets:"]
+    for target in results["targets"].values():
+        lines.append(f"  [{ {True: 'met', False: 'MISSED', None: 'info'}[target['met']] }] {target['description']}: {_fmt_value(target['value'])} {target.get('detail', '')}")
+    return "\n".join(lines)
