@@ -52,6 +52,16 @@ class OnnxCore:
                 f"ONNX I/O {onnx_inputs} -> {onnx_outputs} does not match config "
                 f"{self.input.name} -> {self.output.name}"
             )
+        self._check_output_shape()
+
+    def _check_output_shape(self) -> None:
+        """Run one zero image: a model whose output does not match its config fails to load, never serves."""
+        probe = np.zeros((1, *self.input.dims), dtype=model_config.numpy_dtype(self.input.data_type))
+        shape = list(self.run(probe).shape[1:])
+        if shape != list(self.output.dims):
+            raise model_config.ConfigError(
+                f"ONNX output '{self.output.name}' has shape {shape} per image; the config declares {list(self.output.dims)}"
+            )
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         (logits,) = self.session.run([self.output.name], {self.input.name: batch})

@@ -106,6 +106,8 @@ def limits_from_config(config: model_config.ModelConfig) -> ImageLimits:
         max_bytes=model_config.int_parameter(config, "max_image_bytes"),
         max_pixels=model_config.int_parameter(config, "max_image_pixels"),
         accepted_formats=tuple(model_config.parameter(config, "accepted_formats").split(",")),
+        max_side=model_config.int_parameter(config, "max_image_side"),
+        max_jpeg_scans=model_config.int_parameter(config, "max_jpeg_scans"),
     )
 
 

@@ -26,6 +26,10 @@ class TritonPythonModel:
                 errors.append(pb_utils.TritonError(str(error), pb_utils.TritonError.INVALID_ARG))
                 counts.append(0)
                 continue
+            except Exception as error:  # an unexpected decoder failure fails only its own request
+                errors.append(pb_utils.TritonError(f"cannot decode image: {error}", pb_utils.TritonError.INTERNAL))
+                counts.append(0)
+                continue
             errors.append(None)
             counts.append(len(decoded))
             images.extend(decoded)
