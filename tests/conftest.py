@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -10,12 +9,6 @@ import pytest
 from builders import photos
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -36,19 +29,7 @@ def built_repository() -> Path:
 @pytest.fixture(scope="session")
 def triton_server(built_repository, tmp_path_factory):
     """A real tritonserver serving the model repository with the CPU core."""
-    from scripts.serve import LocalTritonServer
+    from tests.loadgen import running_server
 
-    log_file = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    server = LocalTritonServer(
-        http_port=free_port(),
-        grpc_port=free_port(),
-        metrics_port=free_port(),
-        model_repository=built_repository,
-        log_file=log_file,
-    )
-    server.start()
-    try:
-        server.wait_ready(timeout_s=240)
+    with running_server(built_repository, tmp_path_factory.mktemp("triton")) as server:
         yield server
-    finally:
-        server.stop()

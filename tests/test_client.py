@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from scripts import classify
+from tests.loadgen import free_port
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 CAT_LABELS = {"tiger cat", "Egyptian cat", "tabby"}
@@ -24,11 +24,6 @@ def photo_dir(tmp_path_factory, photo_bytes: dict[str, bytes]) -> Path:
     (folder / "coffee.png").write_bytes(photo_bytes["coffee"])
     return folder
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def url_for(server, protocol: str) -> str:

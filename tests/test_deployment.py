@@ -26,7 +26,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -36,6 +35,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+from tests.loadgen import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"
@@ -53,11 +54,6 @@ PROMETHEUS_BUILTINS = {"up"}
 EXPECTED_CRDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 ADMIN_KEY = "test-admin-key"
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- tools and inputs
