@@ -9,7 +9,7 @@ import pytest
 
 from builders import calibration, cli, evaluate
 from builders import quantize as q
-from tests.conftest import free_port
+from tests.loadgen import free_port
 from tests.test_quantize import REDUCED_GATE, int8_test_repository
 from vision_serving import model_config, postprocessing, preprocessing
 from vision_serving.image_codec import decode_rgb
