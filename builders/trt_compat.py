@@ -530,8 +530,7 @@ class _Checker:
                 )
         scale_values = graph_fixes.constant_values(scale) if scale is not None else None
         if scale_values is not None and scale_values.size > 1 and data is not None:
-            weights = graph_fixes.constant_values(data) is not None
-            if not weights:
+            if not _from_constant(data):
                 self.add(
                     "warning",
                     "qdq-per-channel-activation",
@@ -539,6 +538,18 @@ class _Checker:
                     "constant weights; quantize activations per tensor",
                     node,
                 )
+
+
+def _from_constant(tensor: gs.Tensor) -> bool:
+    """A constant, or a Q/DQ of a constant: ModelOpt's weight pattern W -> QuantizeLinear -> DequantizeLinear."""
+    if graph_fixes.constant_values(tensor) is not None:
+        return True
+    producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    return (
+        producer is not None
+        and producer.op in ("QuantizeLinear", "DequantizeLinear")
+        and graph_fixes.constant_values(producer.inputs[0]) is not None
+    )
 
 
 def _resize(checker: _Checker, node: gs.Node) -> None:

@@ -76,6 +76,17 @@ def dequantize(weights_type: object, scale_size: int = 1) -> onnx.ModelProto:
     return model([node], [], [value("y", None)], [weights, scale], opset=19, ir_version=9)
 
 
+def quantized_weight() -> onnx.ModelProto:
+    """ModelOpt's weight pattern: float W -> QuantizeLinear (per channel) -> DequantizeLinear -> Conv."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["w", "scale", "zp"], ["wq"], axis=0),
+        helper.make_node("DequantizeLinear", ["wq", "scale", "zp"], ["wdq"], axis=0),
+        helper.make_node("Conv", ["x", "wdq"], ["y"], kernel_shape=[1, 1]),
+    ]
+    initializers = [const("w", rng_array(3, 3, 1, 1)), const("scale", np.full(3, 0.05, np.float32)), const("zp", np.zeros(3, np.int8))]
+    return model(nodes, [value("x", [1, 3, 8, 8])], [value("y", None)], initializers, opset=19, ir_version=9)
+
+
 def pad_into(consumer: str, pads_node: Callable[[], list] | None = None, value_: float = 0.0) -> onnx.ModelProto:
     """x -> Pad(pads) -> Conv or Relu; pads constant, folded from two constants, or from Shape(x)."""
     nodes = []
@@ -214,6 +225,7 @@ RULES: list = [
     ("qdq-int32-bias", lambda: dequantize(np.int32), lambda: dequantize(np.int8), "error", "qdq-dtype", None),
     ("qdq-scale-runtime", lambda: qdq(scale_input=True), qdq, "error", "dynamic-parameter", None),
     ("qdq-per-channel-activation", lambda: qdq(scale_size=3), lambda: dequantize(np.int8, scale_size=3), "warning", "qdq-per-channel-activation", None),
+    ("qdq-per-channel-weight-pair", lambda: qdq(scale_size=3), quantized_weight, "warning", "qdq-per-channel-activation", None),
     ("int64-io", lambda: one("Cast", ["x"], {"to": TensorProto.FLOAT}, in_type=INT64), clean, "warning", "int64-io", None),
     ("io-dtype", lambda: one("Cast", ["x"], {"to": TensorProto.FLOAT}, in_type=INT8), clean, "error", "io-dtype", None),
     ("dynamic-dim", lambda: one("Relu", ["x"], shape=[1, 3, "h", 8]), clean, "warning", "dynamic-dim", None),
