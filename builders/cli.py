@@ -286,7 +286,11 @@ def _one_line(error: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed step: one ``error:`` line and an exit code instead of a traceback."""
     try:
         return int(args.run(args))
     except BuildError as error:

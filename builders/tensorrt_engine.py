@@ -660,15 +660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common = cli._common_options()
     cli._add_build_engine(subparsers, common)
     cli._add_verify_plan(subparsers, common)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.run(args))
-    except BuildError as error:
-        print(f"error: {cli._one_line(error)}", file=sys.stderr)
-        return error.exit_code
-    except (ConfigError, OSError) as error:
-        print(f"error: {cli._one_line(error)}", file=sys.stderr)
-        return 2
+    return cli.run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
