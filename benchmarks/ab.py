@@ -33,7 +33,7 @@ from google.protobuf import text_format
 
 from benchmarks import cpu, images, loadgen, systems, triton_stats
 from benchmarks.run import STAT_MODELS, WORK_DIR
-from scripts.serve import MODEL_REPOSITORY, LocalTritonServer
+from devtools.triton_server import MODEL_REPOSITORY, LocalTritonServer
 from vision_serving import model_config
 
 AB_DIR = WORK_DIR / "ab"

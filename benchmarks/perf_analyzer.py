@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripts.serve import BUILD_DIR
+from devtools.triton_server import BUILD_DIR
 
 LIBRARY_DIR = BUILD_DIR / "perf_analyzer_libs"
 NEEDED_LIBRARIES = {"libb64.so.0d": "libb64-*.so.0d", "libcudart.so.12": "libcudart-*.so.12*"}

@@ -49,7 +49,7 @@ class Pipeline:
         postprocess_config = model_config.load_config(repository / "postprocess")
         num_classes = int(model_config.tensor(postprocess_config, "LOGITS").dims[-1])
         self.top_k = model_config.int_parameter(postprocess_config, "top_k")
-        self.labels = postprocessing.load_labels(
+        self.labels = classification.load_labels(
             repository / "postprocess" / model_config.parameter(postprocess_config, "labels_file"), num_classes
         )
 
@@ -57,11 +57,11 @@ class Pipeline:
         decoded = preprocessing.decode_payloads(np.array(payloads, dtype=np.object_), self.limits)
         return preprocessing.preprocess_batch(decoded, self.spec)
 
-    def finish(self, batch: np.ndarray) -> list[postprocessing.TopK]:
+    def finish(self, batch: np.ndarray) -> list[classification.TopK]:
         logits = self.core.run(batch)
-        return postprocessing.top_k(logits, [self.top_k] * len(batch), self.labels)
+        return classification.top_k(logits, [self.top_k] * len(batch), self.labels)
 
-    def classify(self, payloads: list[bytes]) -> list[postprocessing.TopK]:
+    def classify(self, payloads: list[bytes]) -> list[classification.TopK]:
         return self.finish(self.preprocess(payloads))
 
 

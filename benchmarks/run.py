@@ -41,7 +41,7 @@ import numpy as np
 
 from benchmarks import cpu, images, loadgen, pipeline, report, systems, triton_stats
 from benchmarks import perf_analyzer as pa
-from scripts.serve import BUILD_DIR, MODEL_REPOSITORY, LocalTritonServer
+from devtools.triton_server import BUILD_DIR, MODEL_REPOSITORY, LocalTritonServer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORK_DIR = BUILD_DIR / "bench"
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.grpc_url:
             target = _RunningServer(args.grpc_url, args.http_url, args.model_repository.resolve())
         else:
-            from scripts.serve import build_artifacts
+            from devtools.triton_server import build_artifacts
 
             if args.model_repository.resolve() == MODEL_REPOSITORY.resolve():
                 build_artifacts()

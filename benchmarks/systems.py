@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from benchmarks.loadgen import Sender, SenderFactory
-from scripts.serve import REPOSITORY_ROOT
+from devtools.triton_server import REPOSITORY_ROOT
 
 ENSEMBLE = "image_classifier"
 CORE = "core"

@@ -3,10 +3,10 @@
 Two disjoint sets of the real photos shipped in packages (``builders.photos``)
 are named here, by photo name:
 
-- ``CALIBRATION_PHOTOS`` feed ``python -m builders quantize``;
-- ``EVALUATION_PHOTOS`` are held out for ``python -m builders evaluate`` and
-  are never used for calibration (``check_disjoint`` is called by both steps,
-  and a user's ``--calibration-dir`` holding one of them is rejected).
+- the recipe's ``[quantize] calibration_photos`` feed ``python -m builders quantize``;
+- its ``evaluation_photos`` are held out for the accuracy gate and are never
+  used for calibration (the recipe refuses an overlap, and a user's
+  ``--calibration-dir`` holding one of them is rejected).
 
 Near-duplicates stay on one side (the motorcycle stereo pair is held out
 whole). Either set is enlarged by seeded, deterministic augmentations of its
@@ -35,39 +35,12 @@ import cv2
 import numpy as np
 
 from builders import BuildError, photos
+from vision_serving.layout import Pipeline
 from vision_serving import image_codec, model_config, preprocessing
 
 # Bump when the augmentation code changes what it produces (part of the recipe hash).
 AUGMENTATION_VERSION = 1
 
-# The split, by photo name. Photos whose package is not installed are skipped.
-CALIBRATION_PHOTOS: tuple[str, ...] = (
-    "astronaut",
-    "brick",
-    "china",  # scikit-learn
-    "clock_motion",
-    "flower",  # scikit-learn
-    "grace_hopper",  # matplotlib
-    "grass",
-    "hubble_deep_field",
-    "ihc",
-    "microaneurysms",
-    "page",
-    "retina",
-)
-EVALUATION_PHOTOS: tuple[str, ...] = (
-    "camera",
-    "cell",
-    "chelsea",
-    "coffee",
-    "coins",
-    "gravel",
-    "moon",
-    "motorcycle_left",
-    "motorcycle_right",
-    "rocket",
-    "text",
-)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 # Fewer distinct calibration photos than this makes activation ranges meaningless.
 MIN_CALIBRATION_PHOTOS = 4
@@ -165,18 +138,24 @@ class Sample:
     transform: dict[str, Any]
 
 
-def check_disjoint(calibration: Iterable[str] = CALIBRATION_PHOTOS, evaluation: Iterable[str] = EVALUATION_PHOTOS) -> None:
+def check_disjoint(calibration: Iterable[str], evaluation: Iterable[str]) -> None:
     overlap = sorted(set(calibration) & set(evaluation))
     if overlap:
         raise CalibrationError(f"calibration and evaluation photos overlap: {', '.join(overlap)}")
 
 
-check_disjoint()
+def photo_split(repository: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(calibration, evaluation) photo names from the pipeline's recipe."""
+    from builders import recipe
+
+    quantize = recipe.load(Pipeline.at(repository)).quantize
+    check_disjoint(quantize.calibration_photos, quantize.evaluation_photos)
+    return quantize.calibration_photos, quantize.evaluation_photos
 
 
 def served_preprocessing(repository: Path) -> tuple[preprocessing.PreprocessSpec, image_codec.ImageLimits]:
     """The spec and limits the served preprocess model uses (its config.pbtxt)."""
-    config = model_config.load_config(Path(repository) / "preprocess")
+    config = model_config.load_config(Pipeline.at(repository).model_dir("preprocess"))
     return preprocessing.PreprocessSpec.from_config(config), preprocessing.limits_from_config(config)
 
 
@@ -186,14 +165,15 @@ def package_sources(names: Sequence[str]) -> list[Source]:
     return [Source(name, photos.photo_bytes(name)) for name in names if name in available]
 
 
-def calibration_sources(calibration_dir: Path | None = None) -> list[Source]:
+def calibration_sources(repository: Path, calibration_dir: Path | None = None) -> list[Source]:
     """Package calibration photos, or every JPEG/PNG in ``calibration_dir`` (sorted by name).
 
     A user's image that is byte-identical to an evaluation photo is an error:
     calibrating on the held-out set would make the gate meaningless.
     """
+    calibration_photos, evaluation_photos = photo_split(repository)
     if calibration_dir is None:
-        sources = package_sources(CALIBRATION_PHOTOS)
+        sources = package_sources(calibration_photos)
         where = "package calibration photos"
     else:
         directory = Path(calibration_dir)
@@ -201,7 +181,7 @@ def calibration_sources(calibration_dir: Path | None = None) -> list[Source]:
             raise CalibrationError(f"--calibration-dir {directory}: not a directory")
         files = sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
         sources = [Source(p.relative_to(directory).as_posix(), p.read_bytes()) for p in files]
-        held_out = {source.sha256: source.name for source in package_sources(EVALUATION_PHOTOS)}
+        held_out = {source.sha256: source.name for source in package_sources(evaluation_photos)}
         leaked = [f"{s.name} (= evaluation photo {held_out[s.sha256]})" for s in sources if s.sha256 in held_out]
         if leaked:
             raise CalibrationError(f"{directory}: held-out evaluation photos must not be calibrated on: {', '.join(leaked)}")
@@ -211,8 +191,8 @@ def calibration_sources(calibration_dir: Path | None = None) -> list[Source]:
     return sources
 
 
-def evaluation_sources() -> list[Source]:
-    sources = package_sources(EVALUATION_PHOTOS)
+def evaluation_sources(repository: Path) -> list[Source]:
+    sources = package_sources(photo_split(repository)[1])
     if not sources:
         raise CalibrationError("none of the held-out evaluation photos is installed (scikit-image's skimage/data/)")
     return sources

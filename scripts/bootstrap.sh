@@ -6,8 +6,8 @@ VENV="$ROOT/.venv"
 PYTHON="${PYTHON:-python3}"
 
 if [ ! -x "$VENV/bin/python" ]; then
-  if ! "$PYTHON" -c 'import sys, sysconfig; sys.exit(not ((3, 10) <= sys.version_info[:2] <= (3, 12) and sysconfig.get_config_var("Py_ENABLE_SHARED")))'; then
-    echo "setup: error: need Python 3.10-3.12 built with a shared libpython (the Triton Python backend stub embeds it); set PYTHON=/path/to/python3" >&2
+  if ! "$PYTHON" -c 'import sys, sysconfig; sys.exit(not ((3, 11) <= sys.version_info[:2] <= (3, 12) and sysconfig.get_config_var("Py_ENABLE_SHARED")))'; then
+    echo "setup: error: need Python 3.11-3.12 built with a shared libpython (the Triton Python backend stub embeds it); set PYTHON=/path/to/python3" >&2
     exit 2
   fi
   echo "setup: creating .venv with $("$PYTHON" --version)" >&2

@@ -20,7 +20,7 @@ def photo_bytes() -> dict[str, bytes]:
 @pytest.fixture(scope="session")
 def built_repository() -> Path:
     """The model repository with its artifacts built (idempotent)."""
-    from scripts.serve import MODEL_REPOSITORY, build_artifacts
+    from devtools.triton_server import MODEL_REPOSITORY, build_artifacts
 
     build_artifacts()
     return MODEL_REPOSITORY
@@ -29,7 +29,7 @@ def built_repository() -> Path:
 @pytest.fixture(scope="session")
 def triton_server(built_repository, tmp_path_factory):
     """A real tritonserver serving the model repository with the CPU core."""
-    from tests.loadgen import running_server
+    from devtools.loadgen import running_server
 
     with running_server(built_repository, tmp_path_factory.mktemp("triton")) as server:
         yield server

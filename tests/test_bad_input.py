@@ -28,7 +28,7 @@ import tritonclient.http as httpclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from tests.loadgen import GOLDEN_LABELS, copy_repository, running_server, stub_processes
+from devtools.loadgen import GOLDEN_LABELS, copy_repository, running_server, stub_processes
 from vision_serving import model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scripts import classify
-from tests.loadgen import free_port
+from devtools.loadgen import free_port
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 CAT_LABELS = {"tiger cat", "Egyptian cat", "tabby"}

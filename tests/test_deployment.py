@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.loadgen import free_port
+from devtools.loadgen import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"
@@ -183,7 +183,7 @@ def compose(tools) -> dict[str, Any]:
 
 
 def tritonserver_binary() -> tuple[str, dict[str, str]]:
-    from scripts.serve import _pytriton_dir, server_environment
+    from devtools.triton_server import _pytriton_dir, server_environment
 
     return str(_pytriton_dir() / "tritonserver" / "bin" / "tritonserver"), server_environment()
 
@@ -465,7 +465,7 @@ def used_metric_names(objects) -> set[str]:
 @pytest.fixture(scope="module")
 def production_server(triton, built_repository, tmp_path_factory):
     """The local tritonserver 2.51 (CPU core) started with the Deployment's own flags."""
-    from scripts.serve import LocalTritonServer
+    from devtools.triton_server import LocalTritonServer
 
     env = {"TRITON_ADMIN_KEY": ADMIN_KEY}
     local = {"--model-repository", "--http-port", "--grpc-port", "--metrics-port", "--exit-timeout-secs"}

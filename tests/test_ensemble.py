@@ -67,7 +67,7 @@ def test_served_equals_in_process_pipeline(triton_server, built_repository, phot
     )
     core_config = model_config.load_config(built_repository / "core", "cpu")
     logits = OnnxCore(core_config, built_repository / "core" / "1").run(batch)
-    expected = postprocessing.top_k(logits, [5] * len(names), postprocessing.load_labels(built_repository / "postprocess" / "labels.txt", 1000))
+    expected = classification.top_k(logits, [5] * len(names), classification.load_labels(built_repository / "postprocess" / "labels.txt", 1000))
     for row, result in enumerate(expected):
         assert class_ids[row].tolist() == result.class_ids.tolist()
         np.testing.assert_allclose(scores[row], result.scores, atol=1e-5)

@@ -9,7 +9,7 @@ import pytest
 
 from builders import calibration, cli, evaluate
 from builders import quantize as q
-from tests.loadgen import free_port
+from devtools.loadgen import free_port
 from tests.test_quantize import REDUCED_GATE, int8_test_repository
 from vision_serving import model_config, postprocessing, preprocessing
 from vision_serving.image_codec import decode_rgb
@@ -89,7 +89,7 @@ def test_missing_int8_model_is_a_usage_error(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def int8_server(built_repository, tmp_path_factory):
     """tritonserver with --model-config-name=cpu_int8: core from configs/cpu_int8.pbtxt, the rest from config.pbtxt."""
-    from scripts.serve import LocalTritonServer
+    from devtools.triton_server import LocalTritonServer
 
     repository = int8_test_repository(built_repository)
     log_file = tmp_path_factory.mktemp("triton-int8") / "tritonserver.log"
@@ -156,11 +156,11 @@ def test_served_scores_are_the_int8_models(int8_server, photo_bytes):
     config = model_config.load_config(repository / "preprocess")
     limits = preprocessing.limits_from_config(config)
     batch = preprocessing.preprocess_batch([decode_rgb(photo_bytes[n], limits) for n in names], preprocessing.PreprocessSpec.from_config(config))
-    labels = postprocessing.load_labels(repository / "postprocess" / "labels.txt", 1000)
+    labels = classification.load_labels(repository / "postprocess" / "labels.txt", 1000)
     expected = {}
     for variant in ("cpu_int8", "cpu"):
         core = OnnxCore(model_config.load_config(repository / "core", variant), repository / "core" / "1")
-        expected[variant] = postprocessing.top_k(core.run(batch), [5] * len(names), labels)
+        expected[variant] = classification.top_k(core.run(batch), [5] * len(names), labels)
     for row in range(len(names)):
         assert class_ids[row].tolist() == expected["cpu_int8"][row].class_ids.tolist()
         np.testing.assert_allclose(scores[row], expected["cpu_int8"][row].scores, atol=1e-4)

@@ -36,7 +36,7 @@ from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from builders import photos
-from tests.loadgen import GOLDEN_LABELS, classify, image_input, stub_processes
+from devtools.loadgen import GOLDEN_LABELS, classify, image_input, stub_processes
 from vision_serving.image_codec import ImageError, ImageLimits, decode_rgb
 
 SEED = int(os.environ.get("FUZZ_SEED", "1234"))

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.loadgen import (
+from devtools.loadgen import (
     GOLDEN_LABELS,
     LoadGenerator,
     ResourceSampler,

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 from onnx import helper
 
 from scripts import rollout
-from tests.loadgen import GOLDEN_LABELS, LoadGenerator, ReadinessWatcher, classify, copy_repository, running_server
+from devtools.loadgen import GOLDEN_LABELS, LoadGenerator, ReadinessWatcher, classify, copy_repository, running_server
 
 pytestmark = pytest.mark.integration
 

@@ -2,7 +2,11 @@
 
     python -m vision_serving.consistency [--repository model_repository]
 
-Parses every ``config.pbtxt`` and ``configs/*.pbtxt`` with Triton's own
+Checks every pipeline folder of the model repository (each is a Triton model
+repository of its own: its ensemble and composing models, see
+``vision_serving.layout``): the ensemble named after the pipeline and its
+``<pipeline>_preprocess/_core/_postprocess`` models exist, and model names
+are unique across pipelines. Within each pipeline, it parses every ``config.pbtxt`` and ``configs/*.pbtxt`` with Triton's own
 protobuf schema, then verifies what Triton only reports at load or request
 time, often cryptically: each ensemble step's ``input_map``/``output_map``
 names exist on the composing model with matching dtypes and dims, every
@@ -19,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import model_config
+from . import layout, model_config
 from .model_config import ConfigError, ModelConfig
 
 ONNX_DTYPES = {1: "TYPE_FP32", 10: "TYPE_FP16", 6: "TYPE_INT32", 7: "TYPE_INT64", 3: "TYPE_INT8", 2: "TYPE_UINT8", 9: "TYPE_BOOL"}
@@ -162,25 +166,53 @@ def check_onnx(config: ModelConfig, version_dirs: list[Path]) -> list[str]:
 
 def check_model_parameters(config: ModelConfig, model_dir: Path) -> list[str]:
     """Preprocessing and postprocessing parameters agree with the tensors they describe."""
-    from . import postprocessing, preprocessing
+    from . import classification, preprocessing, segmentation
 
     problems = []
     try:
-        if "resize_shorter_side" in config.parameters:
+        if "layout" in config.parameters:
             preprocessing.PreprocessSpec.from_config(config)
             preprocessing.limits_from_config(config)
+        if "mask_mode" in config.parameters:
+            segmentation.MaskSpec(model_config.parameter(config, "mask_mode"), float(model_config.parameter(config, "threshold")))
         if "labels_file" in config.parameters:
-            logits = model_config.tensor(config, "LOGITS")
+            logits = model_config.tensor(config, model_config.tensors_by_role(config).required_input("FP32"))
             labels = model_dir / model_config.parameter(config, "labels_file")
             if labels.is_file():
-                postprocessing.load_labels(labels, int(logits.dims[-1]))
-            postprocessing.validate_k(model_config.int_parameter(config, "top_k"), int(logits.dims[-1]))
+                classification.load_labels(labels, int(logits.dims[-1]))
+            classification.validate_k(model_config.int_parameter(config, "top_k"), int(logits.dims[-1]))
     except (ConfigError, ValueError) as error:
         problems.append(f"{config.name}: {error}")
     return problems
 
 
 def check_repository(repository: Path) -> list[str]:
+    """Every pipeline of a model repository, and model names unique across them."""
+    problems: list[str] = []
+    pipelines = layout.pipelines(repository)
+    if not pipelines:
+        return [f"{repository}: no pipeline (a folder with a {layout.RECIPE_FILENAME})"]
+    owners: dict[str, str] = {}
+    for pipeline in pipelines:
+        for name in check_pipeline_layout(pipeline, problems):
+            if name in owners:
+                problems.append(f"model '{name}' is in both {owners[name]} and {pipeline.name}: Triton needs unique names")
+            owners[name] = pipeline.name
+        problems += [f"{pipeline.name}: {problem}" for problem in check_pipeline(pipeline.repository)]
+    return list(dict.fromkeys(problems))
+
+
+def check_pipeline_layout(pipeline: layout.Pipeline, problems: list[str]) -> list[str]:
+    """The ensemble and the three role models exist; returns the pipeline's model names."""
+    names = sorted(p.name for p in pipeline.repository.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    for expected in [pipeline.name, *(pipeline.model_name(role) for role in layout.ROLES)]:
+        if expected not in names:
+            problems.append(f"{pipeline.name}: no model folder '{expected}'")
+    return names
+
+
+def check_pipeline(repository: Path) -> list[str]:
+    """One pipeline folder (a Triton model repository): configs, wiring, ONNX I/O, parameters."""
     models, problems = load_repository(repository)
     for name, variants in models.items():
         problems += check_variants(name, variants)
@@ -205,7 +237,7 @@ def check_repository(repository: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vision_serving.consistency", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repository", type=Path, default=model_config.MODEL_REPOSITORY)
+    parser.add_argument("--repository", type=Path, default=layout.MODEL_REPOSITORY)
     args = parser.parse_args(argv)
     if not args.repository.is_dir():
         print(f"error: {args.repository} is not a directory", file=sys.stderr)
@@ -213,11 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     problems = check_repository(args.repository)
     for problem in problems:
         print(f"problem: {problem}")
-    models, _ = load_repository(args.repository)
     if problems:
         print(f"{len(problems)} problem(s) in {args.repository}")
         return 1
-    print(f"ok: {len(models)} models in {args.repository}: configs, ensemble wiring and ONNX I/O agree")
+    pipelines = layout.pipelines(args.repository)
+    count = sum(len(load_repository(p.repository)[0]) for p in pipelines)
+    print(
+        f"ok: {len(pipelines)} pipelines ({', '.join(p.name for p in pipelines)}), {count} models in {args.repository}: "
+        "configs, ensemble wiring and ONNX I/O agree"
+    )
     return 0
 
 

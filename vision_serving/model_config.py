@@ -17,9 +17,6 @@ from tritonclient.grpc import model_config_pb2
 
 ModelConfig = model_config_pb2.ModelConfig
 
-REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
-MODEL_REPOSITORY = REPOSITORY_ROOT / "model_repository"
-
 # Triton config dtype -> numpy dtype. TYPE_STRING tensors are numpy object arrays of bytes.
 _NUMPY_DTYPES: Mapping[int, np.dtype] = {
     model_config_pb2.TYPE_BOOL: np.dtype(np.bool_),
@@ -114,6 +111,42 @@ def only_tensor(config: ModelConfig, kind: str):
     if len(tensors) != 1:
         raise ConfigError(f"model '{config.name}': expected exactly one {kind}, found {len(tensors)}")
     return tensors[0]
+
+
+class TensorRoles:
+    """A model's tensors found by what they are (required/optional, datatype), not by literal names.
+
+    The Python models use it so that renaming a tensor is a config change only.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.config = config
+
+    def _pick(self, tensors, datatype: str, optional: bool | None, kind: str) -> list[str]:
+        return [
+            item.name
+            for item in tensors
+            if dtype_name(item.data_type) == datatype and (optional is None or bool(getattr(item, "optional", False)) == optional)
+        ]
+
+    def _one(self, names: list[str], what: str) -> str:
+        if len(names) != 1:
+            raise ConfigError(f"model '{self.config.name}': expected exactly one {what}, found {names or 'none'}")
+        return names[0]
+
+    def required_input(self, datatype: str) -> str:
+        return self._one(self._pick(self.config.input, datatype, False, "input"), f"required {datatype} input")
+
+    def optional_input(self, datatype: str) -> str | None:
+        names = self._pick(self.config.input, datatype, True, "input")
+        return self._one(names, f"optional {datatype} input") if names else None
+
+    def output(self, datatype: str) -> str:
+        return self._one(self._pick(self.config.output, datatype, None, "output"), f"{datatype} output")
+
+
+def tensors_by_role(config: ModelConfig) -> TensorRoles:
+    return TensorRoles(config)
 
 
 def numpy_dtype(data_type: int) -> np.dtype:

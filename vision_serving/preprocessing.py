@@ -1,4 +1,13 @@
-"""Resize, center-crop and normalize decoded images into one model-input batch.
+"""Resize (center-crop or stretch) and normalize decoded images into one model-input batch.
+
+Two resize modes, named by the preprocess config's ``resize`` parameter:
+
+- ``center_crop``: scale the shorter side to ``resize_shorter_side``, then
+  center-crop the output size (ImageNet classifiers);
+- ``stretch``: scale the whole image to the output size, ignoring its aspect
+  ratio (MediaPipe's ``ImageToTensorCalculator`` with ``keep_aspect_ratio:
+  false``, as in the selfie-segmentation graph); the postprocess model maps
+  results back to the original size, which the preprocess model passes on.
 
 The parameters come from the preprocess model's ``config.pbtxt``
 (``PreprocessSpec.from_config``), so a model version carries its own
@@ -34,6 +43,7 @@ INTERPOLATIONS = {
 }
 LAYOUTS = ("NCHW", "NHWC")
 COLOR_ORDERS = ("RGB", "BGR")
+RESIZE_MODES = ("center_crop", "stretch")
 # Resize the whole image (then crop) up to this many times the crop's area;
 # beyond, warp only the crop (bounded cost and memory for elongated images).
 MAX_RESIZE_AREA_RATIO = 4.0
@@ -53,8 +63,11 @@ class PreprocessSpec:
     std: tuple[float, float, float]
     layout: str = "NCHW"
     color_order: str = "RGB"
+    resize: str = "center_crop"
 
     def __post_init__(self) -> None:
+        if self.resize not in RESIZE_MODES:
+            raise model_config.ConfigError(f"resize {self.resize!r} is not one of {RESIZE_MODES}")
         if self.interpolation not in INTERPOLATIONS:
             raise model_config.ConfigError(
                 f"interpolation {self.interpolation!r} is not one of {sorted(INTERPOLATIONS)}"
@@ -67,7 +80,7 @@ class PreprocessSpec:
             raise model_config.ConfigError("mean and std need three values, one per channel")
         if any(value <= 0 for value in self.std):
             raise model_config.ConfigError("std values must be positive")
-        if self.resize_shorter_side < self.crop_size:
+        if self.resize == "center_crop" and self.resize_shorter_side < self.crop_size:
             raise model_config.ConfigError(
                 f"resize_shorter_side {self.resize_shorter_side} is smaller than the crop {self.crop_size}"
             )
@@ -82,7 +95,8 @@ class PreprocessSpec:
     @classmethod
     def from_config(cls, config: model_config.ModelConfig) -> PreprocessSpec:
         layout = model_config.parameter(config, "layout")
-        dims = list(model_config.only_tensor(config, "output").dims)
+        pixels = model_config.tensors_by_role(config).output("FP32")
+        dims = list(model_config.tensor(config, pixels, "output").dims)
         if len(dims) != 3:
             raise model_config.ConfigError(f"model '{config.name}': output dims {dims} are not 3-D")
         channels, height, width = dims if layout == "NCHW" else (dims[2], dims[0], dims[1])
@@ -90,9 +104,11 @@ class PreprocessSpec:
             raise model_config.ConfigError(
                 f"model '{config.name}': output dims {dims} are not a square 3-channel {layout} image"
             )
+        resize = model_config.parameter(config, "resize", "center_crop")
         return cls(
             crop_size=height,
-            resize_shorter_side=model_config.int_parameter(config, "resize_shorter_side"),
+            resize=resize,
+            resize_shorter_side=model_config.int_parameter(config, "resize_shorter_side") if resize == "center_crop" else height,
             interpolation=model_config.parameter(config, "interpolation"),
             mean=tuple(model_config.float_list_parameter(config, "mean")),  # type: ignore[arg-type]
             std=tuple(model_config.float_list_parameter(config, "std")),  # type: ignore[arg-type]
@@ -129,8 +145,14 @@ def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | N
     (no intermediate copy on the warp path).
     """
     height, width = image.shape[:2]
-    new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
     crop = spec.crop_size
+    if spec.resize == "stretch":
+        stretched = cv2.resize(image, (crop, crop), interpolation=INTERPOLATIONS[spec.interpolation])
+        if out is None:
+            return stretched
+        out[...] = stretched
+        return out
+    new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
     left, top = _crop_origin(new_width, new_height, crop)
     interpolation = INTERPOLATIONS[spec.interpolation]
     if new_width * new_height <= MAX_RESIZE_AREA_RATIO * crop * crop:
@@ -190,6 +212,11 @@ def preprocess_batch(images: Sequence[np.ndarray], spec: PreprocessSpec, out: np
     for index, image in enumerate(images):
         resize_and_crop(image, spec, out=crops[index])
     return normalize_batch(crops, spec, out=out)
+
+
+def image_sizes(images: Sequence[np.ndarray]) -> np.ndarray:
+    """[N, 2] int32 (height, width) of decoded images: what postprocessing maps results back to."""
+    return np.array([image.shape[:2] for image in images], dtype=np.int32).reshape(len(images), 2)
 
 
 def decode_payloads(payloads: np.ndarray, limits: ImageLimits) -> list[np.ndarray]:

@@ -1,0 +1,70 @@
+"""``python -m builders all``: every CPU build step of every pipeline, in order, with its recipe's options.
+
+Per pipeline: export -> check (FP32) -> select-precision (quantize + check of
+the INT8 model + the task's gate, FP16 if INT8 fails, FP32 last). Each step
+skips itself when its recorded inputs are unchanged, so a second run is quick.
+The first failing step stops the run with its exit code (1: a check failed,
+2: a usage or configuration error). ``build-engine`` is not part of it: it
+needs TensorRT and a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from builders import CheckFailed, Log, stderr_logger
+from vision_serving import layout
+from vision_serving.layout import Pipeline
+
+log_to_stderr = stderr_logger("all")
+
+
+def check_step(path: Path, log: Log) -> None:
+    from builders import trt_compat
+
+    report = trt_compat.check_file(path)
+    if report.blocking:
+        raise CheckFailed(f"{path.name} would not build with TensorRT:\n{report.format_text()}")
+    log(f"check {path.name}: nothing blocks a TensorRT build")
+
+
+def steps(pipeline: Pipeline, force: bool) -> list[tuple[str, Callable[[Log], object]]]:
+    """The named steps of one pipeline, as calls with typed options."""
+    from builders import export, precision
+
+    def check_served(log: Log) -> None:
+        served = precision.served_onnx(pipeline)
+        if served is not None and served != pipeline.onnx("fp32"):
+            check_step(served, log)
+
+    return [
+        ("export", lambda log: export.export(pipeline.repository, force=force, log=log)),
+        ("check", lambda log: check_step(pipeline.onnx("fp32"), log)),
+        ("select-precision", lambda log: precision.select_precision(pipeline.repository, log=log)),
+        ("check-served", check_served),
+    ]
+
+
+def run_all(pipelines: list[Pipeline], force: bool = False, log: Log = log_to_stderr) -> int:
+    started = time.perf_counter()
+    for pipeline in pipelines:
+        plan = steps(pipeline, force)
+        for position, (name, call) in enumerate(plan, 1):
+            prefix = f"[{pipeline.name} {position}/{len(plan)}] {name}"
+            step_started = time.perf_counter()
+            log(f"{prefix}...")
+            call(stderr_logger(f"{pipeline.name} {name}"))
+            log(f"{prefix}: done in {time.perf_counter() - step_started:.0f} s")
+    log(f"done in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    if args.pipeline:
+        chosen = [layout.pipeline(args.pipeline, args.model_repository)]
+    else:
+        chosen = layout.pipelines(args.model_repository)
+    return run_all(chosen, force=args.force)

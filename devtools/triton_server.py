@@ -1,0 +1,261 @@
+"""Run the real Triton server bundled in nvidia-pytriton on this machine (CPU, no Docker).
+
+    python -m scripts.serve [--http-port 8000] [--grpc-port 8001] [--metrics-port 8002]
+                            [--config-name cpu] [--no-build] [--pipeline NAME ...]
+
+It builds every pipeline's artifacts if they are missing or stale, prepares
+the Python backend (the stub matching this interpreter), starts `tritonserver`
+with one ``--model-repository`` per pipeline, waits for /v2/health/ready and
+stops the server cleanly on Ctrl-C or SIGTERM. ``LocalTritonServer`` is the
+same thing as a library, used by the integration tests and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vision_serving import layout
+from vision_serving.layout import BUILD_DIR, MODEL_REPOSITORY, REPOSITORY_ROOT
+
+DEFAULT_CONFIG_NAME = "cpu"
+
+
+class LauncherError(RuntimeError):
+    """The local server cannot be started; the message says what to do."""
+
+
+def _pytriton_dir() -> Path:
+    try:
+        import pytriton
+    except ImportError:
+        raise LauncherError("nvidia-pytriton is not installed; run ./scripts/serve, which installs it") from None
+    return Path(pytriton.__file__).resolve().parent
+
+
+def _libpython_dir() -> Path:
+    """Folder of this interpreter's own libpython, so the stub loads the matching one (docs/design.md, "Local server")."""
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        raise LauncherError(
+            f"{sys.executable} was built without a shared libpython; the Triton Python backend stub "
+            "needs one (use a Python built with --enable-shared, such as Debian's python3)"
+        )
+    libdir = Path(sysconfig.get_config_var("LIBDIR"))
+    if not (libdir / sysconfig.get_config_var("LDLIBRARY")).exists():
+        raise LauncherError(f"libpython not found in {libdir}")
+    return libdir
+
+
+def prepare_backends(build_dir: Path = BUILD_DIR) -> Path:
+    """A backend directory with the Python backend and the stub for this interpreter."""
+    tritonserver_dir = _pytriton_dir() / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = tritonserver_dir / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise LauncherError(f"nvidia-pytriton has no Python backend stub for Python {version}")
+    backend_dir = build_dir / "tritonserver" / "backends"
+    python_backend = backend_dir / "python"
+    python_backend.mkdir(parents=True, exist_ok=True)
+    for source in [*(tritonserver_dir / "backends" / "python").glob("*.*"), stub]:
+        target = python_backend / source.name
+        if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
+            shutil.copy2(source, target)
+    return backend_dir
+
+
+def server_environment() -> dict[str, str]:
+    """Environment for tritonserver and the Python stubs it starts."""
+    env = dict(os.environ)
+    library_path = [str(_libpython_dir()), str(_pytriton_dir().parent / "nvidia_pytriton.libs")]
+    if env.get("LD_LIBRARY_PATH"):
+        library_path.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(library_path)
+    # The stub embeds libpython, ignores PYTHONPATH and takes sys.prefix from the
+    # `python3` it finds on PATH: this environment's bin/ first makes it use this
+    # environment's packages (numpy<2, OpenCV, onnxruntime, the serving library).
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["PYTHONNOUSERSITE"] = "1"
+    # One thread per OpenCV call: Triton already runs model instances in parallel.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _terminate_with_parent() -> None:
+    """Linux: SIGTERM the server if the process that started it dies (no orphaned servers)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class LocalTritonServer:
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    config_name: str = DEFAULT_CONFIG_NAME
+    # The model repository holding the pipelines; each pipeline folder is passed as a --model-repository.
+    model_repository: Path = MODEL_REPOSITORY
+    exit_timeout_secs: int = 30
+    extra_args: list[str] = field(default_factory=list)
+    log_file: Path | None = None
+    process: subprocess.Popen | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"localhost:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"localhost:{self.grpc_port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(_pytriton_dir() / "tritonserver" / "bin" / "tritonserver"),
+            *(f"--model-repository={path}" for path in layout.model_repositories(self.model_repository)),
+            f"--backend-directory={prepare_backends()}",
+            f"--model-config-name={self.config_name}",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            f"--exit-timeout-secs={self.exit_timeout_secs}",
+            "--strict-readiness=true",
+            "--log-info=true",
+            *self.extra_args,
+        ]
+
+    def start(self) -> None:
+        output = open(self.log_file, "ab") if self.log_file else None
+        self.process = subprocess.Popen(
+            self.command(),
+            env=server_environment(),
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+            preexec_fn=_terminate_with_parent,
+        )
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def wait_ready(self, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                where = f"; see {self.log_file}" if self.log_file else ""
+                raise LauncherError(f"tritonserver exited with code {self.process.returncode} before it was ready{where}")
+            if self.is_ready():
+                return
+            time.sleep(0.5)
+        raise LauncherError(f"tritonserver was not ready within {timeout_s:.0f} s")
+
+    def stop(self) -> int | None:
+        """SIGTERM, then wait for Triton to drain in-flight requests (its exit timeout)."""
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=self.exit_timeout_secs + 15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+SAMPLES_DIR = BUILD_DIR / "samples"
+SAMPLE_PHOTOS = ("chelsea", "coffee", "camera", "astronaut", "grace_hopper", "motorcycle_left", "rocket")
+
+
+def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REPOSITORY) -> None:
+    """Build what every pipeline needs to be served with ``config_name`` (idempotent: skips
+    up-to-date steps), and put a few real photos in .build/samples for the clients.
+
+    Each pipeline's core ONNX is exported from its recipe; when the selected core
+    config serves another file (the INT8 Q/DQ model of cpu_int8), the precision
+    ladder builds it (INT8 needs requirements/quantize.txt)."""
+    from builders import BuildError, export, photos, quantize
+    from vision_serving import model_config
+
+    for pipeline in layout.pipelines(repository):
+        try:
+            export.export(pipeline.repository)
+            core = model_config.load_config(pipeline.core_dir, config_name)
+            if "onnx_file" in core.parameters and model_config.parameter(core, "onnx_file") == layout.INT8_ONNX:
+                quantize.quantize(pipeline.repository, quantize.recipe_options(pipeline.repository))
+        except BuildError as error:
+            raise LauncherError(f"cannot build {pipeline.name}: {error}") from None
+    SAMPLES_DIR.mkdir(parents=True, exist_ok=True)
+    for name in SAMPLE_PHOTOS:
+        source = photos.photo_path(name)
+        if not (SAMPLES_DIR / source.name).exists():
+            shutil.copy2(source, SAMPLES_DIR / source.name)
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # handled like Ctrl-C: drain and stop the server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument(
+        "--config-name",
+        default=DEFAULT_CONFIG_NAME,
+        help="model config variant: configs/<name>.pbtxt where a model has one (default: cpu)",
+    )
+    parser.add_argument("--no-build", action="store_true", help="do not build missing or stale artifacts")
+    parser.add_argument("--exit-timeout-secs", type=int, default=30)
+    args, extra = parser.parse_known_args(argv)
+
+    server = LocalTritonServer(
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        config_name=args.config_name,
+        exit_timeout_secs=args.exit_timeout_secs,
+        extra_args=extra,
+    )
+    try:
+        if not args.no_build:
+            print("serve: building model artifacts (skipped when up to date)...", file=sys.stderr, flush=True)
+            build_artifacts(args.config_name)
+        print(f"serve: starting tritonserver (model config '{args.config_name}')...", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        server.start()
+        server.wait_ready()
+        print(
+            f"serve: ready. HTTP {server.http_url}  gRPC {server.grpc_url}  "
+            f"metrics localhost:{server.metrics_port}/metrics\n"
+            f"serve: pipelines: {', '.join(p.name for p in layout.pipelines(server.model_repository))}\n"
+            f"serve: try  ./scripts/classify {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}   or   "
+            f"./scripts/segment {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}/astronaut.png   (Ctrl-C stops the server)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return server.process.wait() if server.process else 1
+    except LauncherError as error:
+        print(f"serve: error: {error}", file=sys.stderr)
+        server.stop()
+        return 2
+    except KeyboardInterrupt:
+        print("\nserve: stopping tritonserver (draining in-flight requests)...", file=sys.stderr, flush=True)
+        code = server.stop()
+        return 0 if code in (0, None) else code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

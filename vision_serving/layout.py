@@ -1,0 +1,133 @@
+"""Where everything lives: the one module that spells repository paths and model names.
+
+A **pipeline** is one folder under ``model_repository/``: a Triton model
+repository of its own (``tritonserver --model-repository`` takes it, once per
+pipeline) holding
+
+- ``pipeline.toml``: the build recipe (read by ``builders``, ignored by Triton,
+  which only loads sub-folders);
+- ``<name>/``: the ensemble clients call;
+- ``<name>_preprocess/``, ``<name>_core/``, ``<name>_postprocess/``: its three
+  composing models.
+
+Built artifacts (ONNX files, labels, plans, provenance records) are written
+into the core's and postprocess's folders, never committed; scratch work,
+reports and caches go under ``.build/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+MODEL_REPOSITORY = REPOSITORY_ROOT / "model_repository"
+BUILD_DIR = REPOSITORY_ROOT / ".build"
+RECIPE_FILENAME = "pipeline.toml"
+
+# The composing models' roles, in ensemble order; a model is named <pipeline>_<role>.
+ROLES = ("preprocess", "core", "postprocess")
+MODEL_VERSION = 1
+
+# Core artifacts, relative to the core's version folder: one file per precision.
+FP32_ONNX = "model.onnx"
+FP16_ONNX = "model_fp16.onnx"
+INT8_ONNX = "model_int8_qdq.onnx"
+PLAN = "model.plan"
+# Which precision the pipeline serves, written by the precision ladder (builders evaluate).
+SERVED_PRECISION = "served_precision.json"
+PROVENANCE_SUFFIX = ".json"  # <artifact>.json beside every built artifact
+PRECISION_ONNX = {"fp32": FP32_ONNX, "fp16": FP16_ONNX, "int8": INT8_ONNX}
+
+
+class LayoutError(ValueError):
+    """A pipeline or model is missing from the repository."""
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One pipeline's folder and the names of its models."""
+
+    name: str
+    repository: Path  # the pipeline's own Triton model repository: model_repository/<name>
+
+    @classmethod
+    def at(cls, repository: Path | str) -> Pipeline:
+        """The pipeline whose folder (its own model repository) is ``repository``."""
+        path = Path(repository)
+        return cls(path.name, path)
+
+    @property
+    def recipe(self) -> Path:
+        return self.repository / RECIPE_FILENAME
+
+    def model_name(self, role: str) -> str:
+        if role not in ROLES:
+            raise LayoutError(f"unknown model role {role!r}; expected one of {ROLES}")
+        return f"{self.name}_{role}"
+
+    def model_dir(self, role: str) -> Path:
+        return self.repository / self.model_name(role)
+
+    @property
+    def ensemble_dir(self) -> Path:
+        return self.repository / self.name
+
+    @property
+    def core_dir(self) -> Path:
+        return self.model_dir("core")
+
+    @property
+    def core_version_dir(self) -> Path:
+        return self.core_dir / str(MODEL_VERSION)
+
+    def core_file(self, filename: str) -> Path:
+        return self.core_version_dir / filename
+
+    def onnx(self, precision: str = "fp32") -> Path:
+        try:
+            return self.core_file(PRECISION_ONNX[precision])
+        except KeyError:
+            raise LayoutError(f"unknown precision {precision!r}; expected one of {sorted(PRECISION_ONNX)}") from None
+
+    @property
+    def plan(self) -> Path:
+        return self.core_file(PLAN)
+
+    @property
+    def served_precision(self) -> Path:
+        return self.core_file(SERVED_PRECISION)
+
+    @property
+    def build_dir(self) -> Path:
+        """Scratch space of this pipeline's builds: calibration sets, converted sources, reports."""
+        return BUILD_DIR / "pipelines" / self.name
+
+    @property
+    def reports_dir(self) -> Path:
+        return BUILD_DIR / "reports" / self.name
+
+
+def provenance_path(artifact: Path) -> Path:
+    """The provenance record written beside a built artifact."""
+    return artifact.with_name(artifact.name + PROVENANCE_SUFFIX)
+
+
+def pipelines(repository: Path = MODEL_REPOSITORY) -> list[Pipeline]:
+    """Every pipeline in the repository (a folder with a recipe), sorted by name."""
+    if not repository.is_dir():
+        raise LayoutError(f"{repository}: no such model repository")
+    return [Pipeline(path.name, path) for path in sorted(repository.iterdir()) if (path / RECIPE_FILENAME).is_file()]
+
+
+def pipeline(name: str, repository: Path = MODEL_REPOSITORY) -> Pipeline:
+    found = {item.name: item for item in pipelines(repository)}
+    if name not in found:
+        known = ", ".join(sorted(found)) or "none"
+        raise LayoutError(f"no pipeline {name!r} in {repository} (pipelines: {known})")
+    return found[name]
+
+
+def model_repositories(repository: Path = MODEL_REPOSITORY) -> list[Path]:
+    """The folders to pass to ``tritonserver --model-repository``, one per pipeline."""
+    return [item.repository for item in pipelines(repository)]

@@ -1,0 +1,45 @@
+"""CPU core (configs/cpu*.pbtxt): the core ONNX on onnxruntime in the Python backend.
+
+With config.pbtxt (platform tensorrt_plan) Triton serves 1/model.plan
+instead and never loads this. Every input and output is read from the config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from .. import model_config
+from ..onnx_core import OnnxCore
+from .batching import run_requests, split_rows
+from .errors import triton_error
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = model_config.config_from_triton_json(args["model_config"])
+        self.core = OnnxCore(config, Path(args["model_repository"]) / args["model_version"])
+
+    def _parse(self, request):
+        return [pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.core.input_names]
+
+    def _compute(self, per_request):
+        counts = [len(inputs[0]) for inputs in per_request]
+        feeds = {
+            name: np.concatenate([inputs[index] for inputs in per_request]) if len(per_request) > 1 else per_request[0][index]
+            for index, name in enumerate(self.core.input_names)
+        }
+        outputs = [split_rows(output, counts) for output in self.core.run(feeds)]
+        return list(zip(*outputs))
+
+    def _respond(self, outputs):
+        tensors = [pb_utils.Tensor(name, value) for name, value in zip(self.core.output_names, outputs)]
+        return pb_utils.InferenceResponse(output_tensors=tensors)
+
+    def execute(self, requests):
+        return run_requests(
+            requests, self._parse, self._compute, self._respond,
+            lambda error: pb_utils.InferenceResponse(error=triton_error(pb_utils, error)),
+        )

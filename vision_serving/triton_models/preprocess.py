@@ -1,0 +1,64 @@
+"""Preprocess model: encoded image bytes -> one model-input batch (and each image's original size).
+
+Inputs and outputs are read from the model's config: one BYTES input, the
+FP32 pixel output, and, when the config declares it, an INT32 ``[2]`` output
+with each image's (height, width) for postprocessing that maps results back
+to the original image.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from .. import model_config, preprocessing
+from .batching import run_requests, split_rows
+from .errors import triton_error
+
+
+def _outputs(config: model_config.ModelConfig) -> tuple[str, str | None]:
+    pixels = [item.name for item in config.output if item.data_type == model_config.model_config_pb2.TYPE_FP32]
+    sizes = [item.name for item in config.output if item.data_type == model_config.model_config_pb2.TYPE_INT32]
+    if len(pixels) != 1 or len(sizes) > 1 or len(config.output) != len(pixels) + len(sizes):
+        raise model_config.ConfigError(
+            f"model '{config.name}': expected one FP32 pixel output and at most one INT32 [2] size output"
+        )
+    return pixels[0], (sizes[0] if sizes else None)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = model_config.config_from_triton_json(args["model_config"])
+        self.spec = preprocessing.PreprocessSpec.from_config(config)
+        preprocessing.set_threads(model_config.int_parameter(config, "opencv_threads", 0))
+        self.limits = preprocessing.limits_from_config(config)
+        self.input_name = model_config.only_tensor(config, "input").name
+        self.pixels_name, self.sizes_name = _outputs(config)
+        self.logger = pb_utils.Logger
+
+    def _decode(self, request):
+        payloads = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
+        return preprocessing.decode_payloads(payloads, self.limits)
+
+    def _compute(self, decoded_per_request):
+        images = [image for decoded in decoded_per_request for image in decoded]
+        counts = [len(decoded) for decoded in decoded_per_request]
+        pixels = split_rows(preprocessing.preprocess_batch(images, self.spec), counts)
+        sizes = split_rows(preprocessing.image_sizes(images), counts)
+        return list(zip(pixels, sizes))
+
+    def _respond(self, result):
+        pixels, sizes = result
+        outputs = [pb_utils.Tensor(self.pixels_name, pixels)]
+        if self.sizes_name is not None:
+            outputs.append(pb_utils.Tensor(self.sizes_name, np.ascontiguousarray(sizes)))
+        return pb_utils.InferenceResponse(output_tensors=outputs)
+
+    def _fail(self, error):
+        if not isinstance(error, ValueError):
+            self.logger.log_error(f"preprocess: unexpected decoder failure: {type(error).__name__}: {error}")
+        return pb_utils.InferenceResponse(error=triton_error(pb_utils, error))
+
+    def execute(self, requests):
+        # Decode every image of every request, then preprocess all of them as one batch.
+        return run_requests(requests, self._decode, self._compute, self._respond, self._fail)
