@@ -133,6 +133,27 @@ def _verify_against_reference(unfixed: Any, fixed: Any, batch: np.ndarray, log: 
     return worst
 
 
+def _verify_batch(model: Any, batch: np.ndarray, log: Log) -> float:
+    """The images as one batch give what they give one by one: the batch dim really is dynamic."""
+    from vision_serving.onnx_core import create_session
+
+    with _temporary_model(model) as path:
+        session = create_session(path)
+        name = session.get_inputs()[0].name
+        try:
+            together = session.run(None, {name: batch})
+        except Exception as error:  # noqa: BLE001 - onnxruntime's own message says which node pins the batch
+            raise CheckFailed(f"the model does not run at batch {len(batch)}: {str(error).splitlines()[0]}") from None
+        alone = [session.run(None, {name: batch[i : i + 1]}) for i in range(len(batch))]
+    worst = max(
+        float(np.abs(together[k][i : i + 1] - alone[i][k]).max()) for i in range(len(batch)) for k in range(len(together))
+    )
+    log(f"batch of {len(batch)} vs one by one: max |Δ| {worst:.1e}")
+    if worst > REFERENCE_ATOL:
+        raise CheckFailed(f"batched outputs differ from single-image outputs by {worst:.2e}; the batch dim is not clean")
+    return worst
+
+
 class _temporary_model:
     def __init__(self, model: Any) -> None:
         import tempfile
@@ -186,9 +207,12 @@ def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportRe
         disagreements = transpose_pass.check_against_tflite(gs.import_onnx(onnx.shape_inference.infer_shapes(unfixed)), tflite.transpose_conv_params(source_file))
         if disagreements:
             raise CheckFailed("the shapes and the TFLite custom options disagree: " + "; ".join(disagreements))
-    if result.unverified:
+    from builders.passes import reference_ops
+
+    if any(node.op_type in reference_ops.CUSTOM_OP_TYPES for node in unfixed.graph.node):
         extra["reference_max_abs_diff"] = _verify_against_reference(unfixed, result.model, _served_batch(pipeline, VERIFY_PHOTOS), log)
     _check_io(result.model, pipeline)
+    extra["batch_max_abs_diff"] = _verify_batch(result.model, _served_batch(pipeline, VERIFY_PHOTOS), log)
     data = result.model.SerializeToString()
     atomic_write_bytes(output, data)
     provenance = {

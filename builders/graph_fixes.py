@@ -25,7 +25,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-Rewrite = Callable[[gs.Graph, gs.Node], bool]
+from builders.passes import convolution_2d_transpose_bias as transpose_conv_pass
+
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 BATCH_DIM = "batch"
@@ -401,6 +402,71 @@ def batch_reshape_placeholder(graph: gs.Graph) -> int:
         rewritten += 1
     if rewritten:
         graph.cleanup().toposort()
+    return rewritten + pinned_batch_reshapes(graph)
+
+
+def pinned_batch_target(node: gs.Node, input_shape: Sequence[object] | None) -> np.ndarray | None:
+    """A constant Reshape target that pins dim 0 to 1 while its input's dim 0 is the symbolic batch.
+
+    Converters that trace a batch-1 graph (tf2onnx from TFLite) write ``[1, C, 1, 1]``; with
+    a dynamic batch it must be ``[0, C, 1, 1]`` (0 copies the input's dim 0, ``allowzero`` 0).
+    """
+    if node.op != "Reshape" or len(node.inputs) < 2 or int(node.attrs.get("allowzero", 0)) == 1:
+        return None
+    target = constant_values(node.inputs[1])
+    if target is None or target.ndim != 1 or len(target) == 0 or int(target[0]) != 1:
+        return None
+    # Only the batch is dynamic (the config makes every other dim static), so a dim 0 that is
+    # not a static integer ("batch", or "unk__N" where inference lost the name) is the batch.
+    if not input_shape or isinstance(input_shape[0], (int, np.integer)) and int(input_shape[0]) > 0:
+        return None
+    fixed = target.astype(np.int64).copy()
+    fixed[0] = 0
+    return fixed
+
+
+def pinned_batch_reshapes(graph: gs.Graph, max_rounds: int = 64) -> int:
+    """Unpin batch-1 constant Reshape targets on the batch path (see :func:`pinned_batch_target`).
+
+    Before::
+
+        x ["batch", 96, 1, 1] --Reshape([1, 1, 1, 96])--> y      (fails for batch > 1)
+
+    After::
+
+        x ["batch", 96, 1, 1] --Reshape([0, 1, 1, 96])--> y
+
+    Needs a symbolic batch on the graph inputs (run after ``batch_dimension``).
+    Shapes are re-inferred after each round, so a Reshape fed by an unpinned one
+    is found in the next round.
+    """
+    rewritten = 0
+    io_names = {tensor.name for tensor in [*graph.inputs, *graph.outputs]}
+    for _ in range(max_rounds):
+        for tensor in graph.tensors().values():  # stale batch-1 shapes would win over inference
+            if isinstance(tensor, gs.Variable) and tensor.name not in io_names:
+                tensor.shape = None
+        model = gs.export_onnx(graph)
+        try:
+            model = onnx.shape_inference.infer_shapes(model)
+        except Exception:  # noqa: BLE001 - no shapes, nothing to decide on
+            return rewritten
+        shapes: dict[str, list[object]] = {}
+        for value in [*model.graph.value_info, *model.graph.input]:
+            dims = value.type.tensor_type.shape.dim
+            shapes[value.name] = [d.dim_param if d.dim_param else (d.dim_value if d.HasField("dim_value") else None) for d in dims]
+        changed = 0
+        for node in graph.nodes:
+            target = pinned_batch_target(node, shapes.get(node.inputs[0].name) if node.inputs else None)
+            if target is None:
+                continue
+            node.inputs[1] = gs.Constant(_Names(graph)(f"{node.name or 'reshape'}_batch_shape"), target)
+            changed += 1
+        if not changed:
+            break
+        rewritten += changed
+    if rewritten:
+        graph.cleanup().toposort()
     return rewritten
 
 
@@ -599,81 +665,19 @@ def einsum_to_matmul(graph: gs.Graph) -> int:
 
 MEDIAPIPE_DOMAIN = "mediapipe"
 
-
-def _tflite_padding(value: object) -> str | None:
-    """TfLitePadding as an ONNX node attribute: "SAME"/"VALID" (string) or 1/2 (the C enum)."""
-    if isinstance(value, bytes):
-        value = value.decode()
-    if isinstance(value, str) and value.upper() in ("SAME", "VALID"):
-        return value.upper()
-    if isinstance(value, (int, np.integer)) and int(value) in (1, 2):
-        return "SAME" if int(value) == 1 else "VALID"
-    return None
-
-
-def rewrite_convolution_2d_transpose_bias(graph: gs.Graph, node: gs.Node) -> bool:
-    """MediaPipe's ``Convolution2DTransposeBias`` -> Transpose, ``ConvTranspose`` (with bias), Transpose.
-
-    The op (``mediapipe/util/tflite/operations/transpose_conv_bias.cc``) is a
-    TFLite transposed convolution whose bias is an input. As an ONNX node:
-    inputs ``x`` [N, H, W, C_in] (NHWC), ``weights`` [C_out, kH, kW, C_in]
-    (OHWI, constant), ``bias`` [C_out] (constant); attributes mirror
-    ``TfLiteTransposeConvParams``: ``padding`` ("SAME"/"VALID" or 1/2),
-    ``stride_h``, ``stride_w`` (default 1). Output [N, H*s, W*s, C_out] for
-    SAME, [N, (H-1)*s+kH, (W-1)*s+kW, C_out] for VALID.
-
-    Before::
-
-        x --mediapipe.Convolution2DTransposeBias(weights, bias, padding, stride_h, stride_w)--> y
-
-    After::
-
-        x --Transpose(0,3,1,2)--> ConvTranspose(W=weights.transpose(3,0,1,2), B=bias,
-              strides, pads=[t,l,b,r])--> Transpose(0,2,3,1)--> y
-
-    SAME pads: total ``max(k - s, 0)`` per axis, ``total // 2`` before and the
-    rest after (TFLite's ``ComputePaddingHeightWidth`` for the transposed conv).
-    Returns False (node left) when the weights or bias are not constants or
-    the attributes are not understood.
-    """
-    if len(node.inputs) != 3 or len(node.outputs) != 1:
-        return False
-    data, weight_tensor, bias_tensor = node.inputs
-    weights, bias = constant_values(weight_tensor), constant_values(bias_tensor)
-    padding = _tflite_padding(node.attrs.get("padding", "SAME"))
-    if weights is None or bias is None or weights.ndim != 4 or padding is None:
-        return False
-    stride_h, stride_w = int(node.attrs.get("stride_h", 1)), int(node.attrs.get("stride_w", 1))
-    _, kernel_h, kernel_w, _ = weights.shape
-    if padding == "SAME":
-        total_h, total_w = max(kernel_h - stride_h, 0), max(kernel_w - stride_w, 0)
-    else:
-        total_h = total_w = 0
-    names = _Names(graph)
-    base, result = node.name or "convolution_2d_transpose_bias", node.outputs[0]
-    node.inputs.clear()
-    node.outputs.clear()
-    nchw = _chain(graph, names, base, "Transpose", [data], {"perm": [0, 3, 1, 2]})
-    deconv_weights = gs.Constant(names(f"{base}/W"), np.ascontiguousarray(weights.transpose(3, 0, 1, 2)))
-    deconv_bias = gs.Constant(names(f"{base}/B"), np.ascontiguousarray(bias.reshape(-1)))
-    attrs = {
-        "kernel_shape": [int(kernel_h), int(kernel_w)],
-        "strides": [stride_h, stride_w],
-        "pads": [total_h // 2, total_w // 2, total_h - total_h // 2, total_w - total_w // 2],
-    }
-    deconv = _chain(graph, names, base, "ConvTranspose", [nchw, deconv_weights, deconv_bias], attrs)
-    graph.nodes.append(gs.Node("Transpose", names(f"{base}/to_nhwc"), {"perm": [0, 2, 3, 1]}, [deconv], [result]))
-    return True
-
-
-# (domain, op_type) -> rewrite into standard ONNX ops; add entries for more custom ops.
-CUSTOM_OP_REWRITES: dict[tuple[str, str], Rewrite] = {
-    (MEDIAPIPE_DOMAIN, "Convolution2DTransposeBias"): rewrite_convolution_2d_transpose_bias,
+# (domain, op_type) -> a whole-graph pass that rewrites every such node into standard ONNX ops.
+# MediaPipe's transposed convolution appears as mediapipe.Convolution2DTransposeBias (with
+# attributes) or, from tf2onnx 1.17, as TFL_Convolution2DTransposeBias in the default domain with
+# none: builders/passes/convolution_2d_transpose_bias.py handles both. Add entries for more ops.
+CUSTOM_OP_REWRITES: dict[tuple[str, str], Callable[[gs.Graph], int]] = {
+    (MEDIAPIPE_DOMAIN, "Convolution2DTransposeBias"): transpose_conv_pass.convolution_2d_transpose_bias,
+    ("", "Convolution2DTransposeBias"): transpose_conv_pass.convolution_2d_transpose_bias,
+    ("", "TFL_Convolution2DTransposeBias"): transpose_conv_pass.convolution_2d_transpose_bias,
 }
 
 
 def custom_op_rewrites(graph: gs.Graph) -> int:
-    """Replace custom-domain ops with standard ops through :data:`CUSTOM_OP_REWRITES`.
+    """Replace custom ops with standard ops through :data:`CUSTOM_OP_REWRITES`.
 
     Before::
 
@@ -685,14 +689,19 @@ def custom_op_rewrites(graph: gs.Graph) -> int:
 
     Domains no node uses any more are dropped from the model's opset imports.
     onnxruntime cannot run the model before this pass, so ``fix`` cannot
-    compare outputs for it; each rewrite is tested against a reference
-    implementation instead (``tests/test_graph_fixes.py``).
+    compare outputs for it; ``export`` instead compares the rewritten graph
+    with the unfixed one run with a reference implementation of the op
+    (``builders/passes/reference_ops.py``, onnxruntime-extensions).
     """
+    passes = list(dict.fromkeys(
+        rewrite for node in graph.nodes if (rewrite := CUSTOM_OP_REWRITES.get((node.domain or "", node.op))) is not None
+    ))
     rewritten = 0
-    for node in list(graph.nodes):
-        rewrite = CUSTOM_OP_REWRITES.get((node.domain or "", node.op))
-        if rewrite is not None and rewrite(graph, node):
-            rewritten += 1
+    for rewrite in passes:
+        try:
+            rewritten += rewrite(graph)
+        except ValueError as error:
+            raise PassError(f"custom_op_rewrites: {error}") from None
     if rewritten:
         graph.cleanup().toposort()
         used = {node.domain or "" for node in graph.nodes}
