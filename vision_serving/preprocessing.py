@@ -4,10 +4,11 @@ Two resize modes, named by the preprocess config's ``resize`` parameter:
 
 - ``center_crop``: scale the shorter side to ``resize_shorter_side``, then
   center-crop the output size (ImageNet classifiers);
-- ``stretch``: scale the whole image to the output size, ignoring its aspect
-  ratio (MediaPipe's ``ImageToTensorCalculator`` with ``keep_aspect_ratio:
-  false``, as in the selfie-segmentation graph); the postprocess model maps
-  results back to the original size, which the preprocess model passes on.
+- ``stretch``: map the whole image onto the output size, ignoring its aspect
+  ratio, exactly as MediaPipe's ``ImageToTensorCalculator`` does with
+  ``keep_aspect_ratio: false`` (the selfie-segmentation graph; see
+  :func:`stretch`); the postprocess model maps results back to the original
+  size, which the preprocess model passes on.
 
 The parameters come from the preprocess model's ``config.pbtxt``
 (``PreprocessSpec.from_config``), so a model version carries its own
@@ -138,6 +139,25 @@ def _crop_origin(new_width: int, new_height: int, crop: int) -> tuple[int, int]:
     return round((new_width - crop) / 2.0), round((new_height - crop) / 2.0)
 
 
+def stretch(image: np.ndarray, width: int, height: int, interpolation: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The whole image onto a width x height grid, as MediaPipe's ImageToTensorCalculator (CPU) does it.
+
+    mediapipe/calculators/tensor/image_to_tensor_converter_opencv.cc maps the
+    image's corners onto the tensor's corners with ``cv::getPerspectiveTransform``
+    (float32 corner points) and samples with ``cv::warpPerspective`` (border
+    constant 0): corner-aligned, unlike ``cv2.resize``'s half-pixel centres.
+    """
+    source_height, source_width = image.shape[:2]
+    corners = np.array([[0, source_height], [0, 0], [source_width, 0], [source_width, source_height]], dtype=np.float32)
+    targets = np.array([[0, height], [0, 0], [width, 0], [width, height]], dtype=np.float32)
+    matrix = cv2.getPerspectiveTransform(corners, targets)
+    warped = cv2.warpPerspective(image, matrix, (width, height), flags=interpolation, borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0))
+    if out is None:
+        return warped
+    out[...] = warped
+    return out
+
+
 def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
     """HxWx3 uint8 -> crop x crop x 3 uint8: resize shorter side, then center-crop.
 
@@ -147,11 +167,7 @@ def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | N
     height, width = image.shape[:2]
     crop = spec.crop_size
     if spec.resize == "stretch":
-        stretched = cv2.resize(image, (crop, crop), interpolation=INTERPOLATIONS[spec.interpolation])
-        if out is None:
-            return stretched
-        out[...] = stretched
-        return out
+        return stretch(image, crop, crop, INTERPOLATIONS[spec.interpolation], out)
     new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
     left, top = _crop_origin(new_width, new_height, crop)
     interpolation = INTERPOLATIONS[spec.interpolation]
