@@ -2,10 +2,11 @@
 
     .venv/bin/python -m benchmarks.ab [--concurrency 16] [--rounds 3] [--window 5] VARIANT [VARIANT ...]
 
-A VARIANT is ``name=EDITS`` where EDITS are ``;``-separated ``model.key=value``
-changes applied to a private copy of the model repository (core edits go to
+A VARIANT is ``name=EDITS`` where EDITS are ``;``-separated ``role.key=value``
+changes (role: preprocess, core or postprocess of the image_classifier pipeline)
+applied to a private copy of the pipeline (core edits go to
 ``configs/cpu.pbtxt``, the config the CPU server loads), or ``name=@PATH`` for
-a prepared repository. Keys: ``instances``, ``delay_us`` (max queue delay),
+a prepared model repository holding the pipeline. Keys: ``instances``, ``delay_us`` (max queue delay),
 ``preferred`` (preferred batch sizes, ``/``-separated, empty for none),
 ``max_batch``, and ``param.NAME`` (a string parameter, e.g.
 ``core.param.intra_op_threads=1``). ``name=`` with no edits is the repository
@@ -31,22 +32,23 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
-from benchmarks import cpu, images, loadgen, systems, triton_stats
+from benchmarks import CLASSIFIER, cpu, images, loadgen, systems, triton_stats
 from benchmarks.run import STAT_MODELS, WORK_DIR
 from devtools.triton_server import MODEL_REPOSITORY, LocalTritonServer
-from vision_serving import model_config
+from vision_serving import layout, model_config
 
 AB_DIR = WORK_DIR / "ab"
 
 
-def _config_file(repository: Path, model: str) -> Path:
-    return model_config.config_path(repository / model, "cpu")
+def _config_file(repository: Path, role: str) -> Path:
+    """``role`` (preprocess, core, postprocess) of the classifier in the model repository ``repository``."""
+    return model_config.config_path(layout.pipeline(CLASSIFIER.name, repository).model_dir(role), "cpu")
 
 
 def apply_edit(repository: Path, edit: str) -> None:
     target, _, value = edit.partition("=")
-    model, _, key = target.strip().partition(".")
-    path = _config_file(repository, model)
+    role, _, key = target.strip().partition(".")
+    path = _config_file(repository, role)
     config = model_config.parse_config_text(path.read_text(), str(path))
     if key == "instances":
         config.instance_group[0].count = int(value)
@@ -70,7 +72,9 @@ def prepare(name: str, spec: str) -> Path:
     destination = AB_DIR / name
     if destination.exists():
         shutil.rmtree(destination)
-    shutil.copytree(MODEL_REPOSITORY, destination, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # A model repository holding a copy of the classifier pipeline only (the only one measured).
+    source = layout.pipeline(CLASSIFIER.name, MODEL_REPOSITORY)
+    shutil.copytree(source.repository, destination / source.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for edit in filter(None, (item.strip() for item in spec.split(";"))):
         apply_edit(destination, edit)
     return destination
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                         on_window_start=window_start, on_window_end=window_end,
                     )
                     row.add_cpu(usage.server_s, usage.client_s)
-                    core = window.result.get("core", {})
+                    core = window.result.get(systems.CORE, {})
                     results[name][concurrency].append({**row.as_dict(), "core_batch": core.get("avg_batch")})
                     print(
                         f"round {round_index + 1} c={concurrency:<3d} {name:24s} {row.throughput:7.1f} req/s  "

@@ -21,7 +21,7 @@ from fastapi import FastAPI, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
 from benchmarks.pipeline import Pipeline
-from vision_serving import model_config
+from vision_serving import layout
 from vision_serving.image_codec import ImageError
 
 REPOSITORY_ENV = "BENCH_MODEL_REPOSITORY"
@@ -29,7 +29,7 @@ TUNED_ENV = "BENCH_NAIVE_TUNED"
 
 app = FastAPI(title="naive image classifier")
 pipeline = Pipeline(
-    Path(os.environ.get(REPOSITORY_ENV, model_config.MODEL_REPOSITORY)),
+    Path(os.environ.get(REPOSITORY_ENV, layout.MODEL_REPOSITORY)),
     library_defaults=os.environ.get(TUNED_ENV) != "1",
 )
 

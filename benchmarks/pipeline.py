@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vision_serving import model_config, postprocessing, preprocessing
+from benchmarks import CLASSIFIER
+from vision_serving import classification, layout, model_config, preprocessing
 from vision_serving.onnx_core import OnnxCore
 
 CORE_CONFIG_NAME = "cpu"
@@ -29,28 +30,33 @@ CORE_CONFIG_NAME = "cpu"
 class Pipeline:
     def __init__(
         self,
-        repository: Path = model_config.MODEL_REPOSITORY,
+        repository: Path = layout.MODEL_REPOSITORY,
         core_config_name: str = CORE_CONFIG_NAME,
         library_defaults: bool = False,
+        pipeline: str = CLASSIFIER.name,
     ):
-        preprocess_config = model_config.load_config(repository / "preprocess")
+        """``repository``: the model repository holding the pipelines (what the server is given)."""
+        served = layout.pipeline(pipeline, Path(repository))
+        preprocess_config = model_config.load_config(served.model_dir("preprocess"))
         self.spec = preprocessing.PreprocessSpec.from_config(preprocess_config)
         self.limits = preprocessing.limits_from_config(preprocess_config)
         # The served thread settings: OpenCV's pool as the preprocess model sets it.
         opencv_threads = 0 if library_defaults else model_config.int_parameter(preprocess_config, "opencv_threads", 0)
         preprocessing.set_threads(opencv_threads)
-        core_config = model_config.load_config(repository / "core", core_config_name)
-        self.core = OnnxCore(core_config, repository / "core" / "1")
+        core_config = model_config.load_config(served.core_dir, core_config_name)
+        self.core = OnnxCore(core_config, served.core_version_dir)
+        (self.core_input,) = self.core.input_names
         if library_defaults:
             import onnxruntime
 
-            onnx_path = repository / "core" / "1" / model_config.parameter(core_config, "onnx_file")
+            onnx_path = served.core_file(model_config.parameter(core_config, "onnx_file"))
             self.core.session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-        postprocess_config = model_config.load_config(repository / "postprocess")
-        num_classes = int(model_config.tensor(postprocess_config, "LOGITS").dims[-1])
+        postprocess_config = model_config.load_config(served.model_dir("postprocess"))
+        logits = model_config.tensors_by_role(postprocess_config).required_input("FP32")
+        num_classes = int(model_config.tensor(postprocess_config, logits, "input").dims[-1])
         self.top_k = model_config.int_parameter(postprocess_config, "top_k")
         self.labels = classification.load_labels(
-            repository / "postprocess" / model_config.parameter(postprocess_config, "labels_file"), num_classes
+            served.model_dir("postprocess") / model_config.parameter(postprocess_config, "labels_file"), num_classes
         )
 
     def preprocess(self, payloads: list[bytes]) -> np.ndarray:
@@ -58,7 +64,7 @@ class Pipeline:
         return preprocessing.preprocess_batch(decoded, self.spec)
 
     def finish(self, batch: np.ndarray) -> list[classification.TopK]:
-        logits = self.core.run(batch)
+        (logits,) = self.core.run({self.core_input: batch})
         return classification.top_k(logits, [self.top_k] * len(batch), self.labels)
 
     def classify(self, payloads: list[bytes]) -> list[classification.TopK]:

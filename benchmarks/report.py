@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vision_serving import model_config
+from benchmarks import CLASSIFIER
+from vision_serving import layout, model_config
 
 OPTIMIZATION_LOG = Path(__file__).resolve().parent / "optimizations.md"
 LABELS = {
@@ -19,14 +20,20 @@ TARGET_RATIO_LIMIT = 0.8
 TARGET_RATIO_NAIVE = 2.0
 TARGET_CONCURRENCY_NAIVE = 16
 BATCHING_FROM_CONCURRENCY = 4
+STEP_ROLES = ("preprocess", "core", "postprocess")  # the ensemble's steps, models <pipeline>_<role>
 
 
 def model_config_summary(repository: Path) -> dict:
-    """The knobs that matter for speed, as served (core: configs/cpu.pbtxt)."""
+    """The knobs that matter for speed, as served (core: configs/cpu.pbtxt), by Triton model name.
+
+    ``repository`` is the model repository holding the classifier pipeline."""
     summary = {}
-    for name, variant in (("preprocess", None), ("core", "cpu"), ("postprocess", None), ("image_classifier", None)):
+    served = layout.Pipeline.at(Path(repository) / CLASSIFIER.name)
+    folders = [(served.model_dir("preprocess"), None), (served.core_dir, "cpu"), (served.model_dir("postprocess"), None), (served.ensemble_dir, None)]
+    for folder, variant in folders:
+        name = folder.name
         try:
-            config = model_config.load_config(repository / name, variant)
+            config = model_config.load_config(folder, variant)
         except model_config.ConfigError:
             continue
         entry: dict = {"max_batch_size": config.max_batch_size}
@@ -112,7 +119,7 @@ def targets(results: dict) -> dict:
             "met": None,
         }
     batches = {
-        row["concurrency"]: (row.get("triton") or {}).get("core", {}).get("avg_batch")
+        row["concurrency"]: (row.get("triton") or {}).get(CLASSIFIER.model_name("core"), {}).get("avg_batch")
         for row in grpc
         if row["concurrency"] >= BATCHING_FROM_CONCURRENCY
     }
@@ -170,14 +177,14 @@ def steps_table(results: dict) -> str:
     rows = []
     for row in _rows(results, "ensemble_grpc"):
         stats = row.get("triton") or {}
-        cells: list = [row["concurrency"], (stats.get("image_classifier") or {}).get("request_ms")]
-        for model in ("preprocess", "core", "postprocess"):
-            entry = stats.get(model) or {}
+        cells: list = [row["concurrency"], (stats.get(CLASSIFIER.name) or {}).get("request_ms")]
+        for role in STEP_ROLES:
+            entry = stats.get(CLASSIFIER.model_name(role)) or {}
             cells += [entry.get("avg_batch"), entry.get("queue_ms"), entry.get("compute_ms")]
         rows.append(cells)
     header = ["c", "ensemble server ms"]
-    for model in ("preprocess", "core", "postprocess"):
-        header += [f"{model} batch", f"{model} queue ms", f"{model} compute ms"]
+    for role in STEP_ROLES:
+        header += [f"{role} batch", f"{role} queue ms", f"{role} compute ms"]
     return _table(header, rows)
 
 

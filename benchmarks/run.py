@@ -39,14 +39,15 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import cpu, images, loadgen, pipeline, report, systems, triton_stats
+from benchmarks import CLASSIFIER, cpu, images, loadgen, pipeline, report, systems, triton_stats
 from benchmarks import perf_analyzer as pa
 from devtools.triton_server import BUILD_DIR, MODEL_REPOSITORY, LocalTritonServer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 WORK_DIR = BUILD_DIR / "bench"
 QUICK_DIR = WORK_DIR / "quick"
-STAT_MODELS = ["image_classifier", "preprocess", "core", "postprocess"]
+# Triton model names: the ensemble and its composing models (statistics are keyed by these).
+STAT_MODELS = [CLASSIFIER.name, *(CLASSIFIER.model_name(role) for role in ("preprocess", "core", "postprocess"))]
 ALL_SYSTEMS = ("inprocess", "ensemble_grpc", "ensemble_http", "naive", "naive_tuned", "core_grpc", "perf_analyzer")
 NAIVE_SYSTEMS = ("naive", "naive_tuned")
 
@@ -239,7 +240,7 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None) -> d
                     f"{name:14s} c={concurrency:<3d} {row['throughput']:7.1f} req/s  "
                     f"p50 {row['p50_ms'] or 0:7.1f} ms  p99 {row['p99_ms'] or 0:7.1f} ms  errors {row['errors']}  "
                     f"server CPU {row.get('server_cpu_ms_per_request') or 0:5.1f} ms/req"
-                    + (f"  core batch {window.result.get('core', {}).get('avg_batch')}" if window else "")
+                    + (f"  core batch {window.result.get(systems.CORE, {}).get('avg_batch')}" if window else "")
                 )
     finally:
         for service in services.values():

@@ -17,11 +17,12 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from benchmarks import CLASSIFIER
 from benchmarks.loadgen import Sender, SenderFactory
 from devtools.triton_server import REPOSITORY_ROOT
 
-ENSEMBLE = "image_classifier"
-CORE = "core"
+ENSEMBLE = CLASSIFIER.name
+CORE = CLASSIFIER.model_name("core")
 CLIENT_TIMEOUT_S = 120.0
 
 

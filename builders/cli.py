@@ -45,7 +45,10 @@ def _common_options() -> argparse.ArgumentParser:
 
 def _resolve_pipeline(args: argparse.Namespace) -> None:
     """Set ``args.repository`` to the chosen pipeline's folder (its own Triton model repository)."""
-    if args.step == "all":
+    if args.step in ("all", "new-pipeline"):
+        return
+    if args.step == "check" and args.model is not None and not args.pipeline:
+        args.repository = None  # an explicit model file: no pipeline is read
         return
     if args.pipeline:
         args.repository = layout.pipeline(args.pipeline, args.model_repository).repository
@@ -70,7 +73,7 @@ def _add_export(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]
         parents=[common],
         help="make the pipeline's core ONNX from its recipe's source, verify it, write provenance",
         description=(
-            "Convert the recipe's source model (pipeline.toml [source]) to <pipeline>_<pipeline>_core/1/model.onnx, apply the "
+            "Convert the recipe's source model (pipeline.toml [source]) to <pipeline>_core/1/model.onnx, apply the "
             "recipe's fix passes, and verify the result against the source runtime on real photos (names and dims "
             "from the core's config.pbtxt). Does nothing when the recorded input hash is unchanged."
         ),
@@ -216,6 +219,24 @@ def _add_select_precision(subparsers: "argparse._SubParsersAction[argparse.Argum
     parser.set_defaults(run=precision.run_from_args)
 
 
+def _add_new_pipeline(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+    def run(args: argparse.Namespace) -> int:
+        from builders import scaffold
+
+        scaffold.new_pipeline(args.name, args.template, args.model_repository)
+        return 0
+
+    parser = subparsers.add_parser(
+        "new-pipeline",
+        parents=[common],
+        help="start a pipeline folder from an existing one (renamed models, no built artifacts)",
+        description="Copy model_repository/TEMPLATE to model_repository/NAME, renaming its ensemble and models.",
+    )
+    parser.add_argument("name", help="the new pipeline (and ensemble) name: lower-case letters, digits, _")
+    parser.add_argument("--from", dest="template", required=True, metavar="TEMPLATE", help="the pipeline to copy")
+    parser.set_defaults(run=run)
+
+
 def _run_all(args: argparse.Namespace) -> int:
     from builders import build_all
 
@@ -237,7 +258,7 @@ def _add_all(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", 
 
 
 def _core_onnx(repository: Path) -> Path:
-    """The export step's ONNX (<pipeline>_<pipeline>_core/1/model.onnx): what check and fix work on by default."""
+    """The export step's ONNX (<pipeline>_core/1/model.onnx): what check and fix work on by default."""
     return layout.Pipeline.at(repository).onnx("fp32")
 
 
@@ -310,7 +331,7 @@ def _add_fix(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", 
 
 
 STEPS: tuple[StepAdder, ...] = (
-    _add_export, _add_check, _add_fix, _add_quantize, _add_evaluate, _add_select_precision, _add_build_engine, _add_verify_plan, _add_all,
+    _add_export, _add_check, _add_fix, _add_quantize, _add_evaluate, _add_select_precision, _add_build_engine, _add_verify_plan, _add_all, _add_new_pipeline,
 )
 
 

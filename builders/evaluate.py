@@ -93,15 +93,17 @@ def evaluation_set(repository: Path, augmented_per_photo: int = DEFAULT_AUGMENTE
 
 
 def top_k(logits: np.ndarray, k: int = TOP_K) -> np.ndarray:
-    """Class ids of the k largest logits per row, best first."""
+    """Class ids of the k largest logits per row (all of them when there are fewer classes), best first."""
+    k = min(k, logits.shape[1])
     part = np.argpartition(-logits, k - 1, axis=1)[:, :k]
     order = np.take_along_axis(logits, part, axis=1).argsort(axis=1)[:, ::-1]
     return np.take_along_axis(part, order, axis=1)
 
 
 def compare_top_k(reference_top: np.ndarray, candidate_top: np.ndarray) -> dict[str, float]:
-    """Top-1 agreement and mean top-5 overlap of two [N, >=5] class-id arrays."""
-    overlap = [len(set(r[:TOP_K]) & set(c[:TOP_K])) / TOP_K for r, c in zip(reference_top, candidate_top)]
+    """Top-1 agreement and mean top-5 overlap (top-k for k < 5 classes) of two [N, k] class-id arrays."""
+    k = min(TOP_K, reference_top.shape[1])
+    overlap = [len(set(r[:k]) & set(c[:k])) / k for r, c in zip(reference_top, candidate_top)]
     return {
         "count": len(reference_top),
         "top1_agreement": float(np.mean(reference_top[:, 0] == candidate_top[:, 0])),

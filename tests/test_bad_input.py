@@ -47,12 +47,12 @@ STATUS = {  # gRPC status -> HTTP status, as Triton maps them
 
 @pytest.fixture(scope="module")
 def limits(built_repository):
-    return preprocessing.limits_from_config(model_config.load_config(built_repository / "preprocess"))
+    return preprocessing.limits_from_config(model_config.load_config(built_repository / "image_classifier" / "image_classifier_preprocess"))
 
 
 @pytest.fixture(scope="module")
 def max_batch(built_repository) -> int:
-    return int(model_config.load_config(built_repository / MODEL).max_batch_size)
+    return int(model_config.load_config(built_repository / "image_classifier" / MODEL).max_batch_size)
 
 
 # --------------------------------------------------------------------------- payload builders
@@ -329,7 +329,7 @@ def test_bad_requests_share_batches_with_good_ones_and_break_nothing(triton_serv
     stubs_before = stub_processes(triton_server.process.pid)
     assert len(stubs_before) >= 4
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)
-    stats_before = client.get_inference_statistics("preprocess", as_json=True)["model_stats"][0]
+    stats_before = client.get_inference_statistics("image_classifier_preprocess", as_json=True)["model_stats"][0]
 
     good = [(f"good_{name}", photo_bytes[name], Expect("OK", labels=labels)) for name, labels in GOLDEN_LABELS.items()]
     work = [(kind, payload, expect) for kind, (payload, expect) in corpus.items()] + good * 4
@@ -349,13 +349,13 @@ def test_bad_requests_share_batches_with_good_ones_and_break_nothing(triton_serv
     for kind, expect, got in results:
         check(expect, got, kind)
 
-    stats = client.get_inference_statistics("preprocess", as_json=True)["model_stats"][0]
+    stats = client.get_inference_statistics("image_classifier_preprocess", as_json=True)["model_stats"][0]
     executions = int(stats["execution_count"]) - int(stats_before["execution_count"])
     inferences = int(stats["inference_count"]) - int(stats_before["inference_count"])
     assert executions < inferences, "no dynamic batch held more than one request: the test proved nothing"
     assert stub_processes(triton_server.process.pid) == stubs_before
     assert client.is_server_live() and client.is_server_ready()
-    for model in ("image_classifier", "preprocess", "core", "postprocess"):
+    for model in ("image_classifier", "image_classifier_preprocess", "image_classifier_core", "image_classifier_postprocess"):
         assert client.is_model_ready(model), model
 
 
@@ -366,7 +366,7 @@ def test_limits_are_set_in_the_configs(built_repository, limits):
     """Bytes and pixels per image, and images per request, are bounded by configuration."""
     assert 0 < limits.max_bytes <= 64 * 2**20
     assert 0 < limits.max_pixels <= 100_000_000
-    ensemble = model_config.load_config(built_repository / MODEL)
+    ensemble = model_config.load_config(built_repository / "image_classifier" / MODEL)
     assert ensemble.max_batch_size > 0
     for step in ensemble.ensemble_scheduling.step:
         composing = model_config.load_config(built_repository / step.model_name, "cpu")
@@ -395,10 +395,10 @@ def test_server_file_paths_cannot_be_set_over_the_network(triton_server, tmp_pat
 def test_model_control_is_off_by_default(triton_server):
     """The default (--model-control-mode=none): load and unload requests are refused, the models stay."""
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)
-    for call in (lambda: client.load_model("core"), lambda: client.unload_model("core")):
+    for call in (lambda: client.load_model("image_classifier_core"), lambda: client.unload_model("image_classifier_core")):
         with pytest.raises(InferenceServerException, match="not allowed"):
             call()
-    assert client.is_model_ready("core") and client.is_model_ready(MODEL)
+    assert client.is_model_ready("image_classifier_core") and client.is_model_ready(MODEL)
 
 
 ADMIN_KEY = ("admin-key", "s3cret-for-tests")
@@ -432,24 +432,24 @@ def test_restricted_admin_apis_need_the_key(built_repository, tmp_path, photo_by
         shm = {"key": "/triton_test_region", "offset": 0, "byte_size": 64}
         for headers in ({}, {key: "wrong"}):
             assert http_post(server, "/v2/repository/index", {}, headers)[0] == 403
-            assert http_post(server, "/v2/repository/models/core/unload", {}, headers)[0] == 403
+            assert http_post(server, "/v2/repository/models/image_classifier_core/unload", {}, headers)[0] == 403
             assert http_post(server, "/v2/systemsharedmemory/region/r/register", shm, headers)[0] == 403
             assert http_post(server, "/v2/logging", {"log_verbose_level": 3}, headers)[0] == 403
             assert http_post(server, "/v2/trace/setting", {"trace_rate": "1"}, headers)[0] == 403
         status, body = http_post(server, "/v2/repository/index", {}, {key: value})
-        assert status == 200 and '"core"' in body
+        assert status == 200 and '"image_classifier_core"' in body
 
         client = grpcclient.InferenceServerClient(server.grpc_url)
         for headers in ({}, {key: value}, {f"triton-grpc-protocol-{key}": "wrong"}):
             with pytest.raises(InferenceServerException, match="restricted") as error:
-                client.unload_model("core", headers=headers)
+                client.unload_model("image_classifier_core", headers=headers)
             assert "UNAVAILABLE" in str(error.value.status())
             with pytest.raises(InferenceServerException, match="restricted"):
                 client.register_system_shared_memory("r", "/triton_test_region", 64, headers=headers)
         admin = {f"triton-grpc-protocol-{key}": value}
-        assert {m.name for m in client.get_model_repository_index(headers=admin).models} >= {"core", MODEL}
+        assert {m.name for m in client.get_model_repository_index(headers=admin).models} >= {"image_classifier_core", MODEL}
 
         # Inference and health stay open, and nothing was unloaded.
         result = client.infer(MODEL, [image_tensor(grpcclient, [photo_bytes["coffee"]])])
         assert result.as_numpy("LABELS")[0, 0].decode() in GOLDEN_LABELS["coffee"]
-        assert client.is_server_ready() and client.is_model_ready("core")
+        assert client.is_server_ready() and client.is_model_ready("image_classifier_core")

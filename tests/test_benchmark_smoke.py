@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from benchmarks import report, run, systems
+from benchmarks import CLASSIFIER, report, run, systems
 
 pytestmark = pytest.mark.integration
 
@@ -53,10 +53,10 @@ def test_results_are_well_formed_and_error_free(results, tmp_path):
             assert row["completed"] > 0 and row["throughput"] > 0
             assert row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
             if not system.startswith("naive"):
-                core = row["triton"]["core"]
+                core = row["triton"][CLASSIFIER.model_name("core")]
                 assert core["requests"] > 0 and core["avg_batch"] >= 1 and core["queue_ms"] is not None
             if system.startswith("ensemble"):
-                for model in ("image_classifier", "preprocess", "postprocess"):
+                for model in (CLASSIFIER.name, CLASSIFIER.model_name("preprocess"), CLASSIFIER.model_name("postprocess")):
                     assert row["triton"][model]["requests"] > 0, model
     assert {row["batch_size"] for row in results["inprocess"]} == {1, 2}
     assert all(row["throughput"] > 0 for row in results["inprocess"])

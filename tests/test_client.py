@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import classify
+from devtools import client as classify
 from devtools.loadgen import free_port
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +150,7 @@ def test_a_model_that_is_not_a_classifier_is_refused():
         "outputs": [{"name": "logits", "datatype": "FP32", "shape": [-1, 1000]}],
     }
     with pytest.raises(classify.ClassifyError, match="does not look like an image classifier"):
-        classify.interface_from_metadata("core", metadata, 32)
+        classify.interface_from_metadata("image_classifier_core", metadata, 32)
 
 
 def test_shell_wrapper_resolves_paths_from_the_callers_directory(triton_server, photo_dir):

@@ -1,4 +1,4 @@
-"""The repository consistency check, on the real repository and on broken copies of it."""
+"""The repository consistency check, on the real repository and on broken copies of a pipeline."""
 
 from __future__ import annotations
 
@@ -9,14 +9,32 @@ from pathlib import Path
 
 import pytest
 
-from vision_serving import consistency, model_config
+from tests.pipelines import built_classifier
+from vision_serving import consistency, layout
+
+CLASSIFIER = layout.pipeline("image_classifier")
+SEGMENTER = layout.pipeline("person_segmenter")
+IGNORED = shutil.ignore_patterns("*.onnx", "*.onnx.json", "*.plan", "*.plan.json", "__pycache__")
+
+
+def copy_pipeline(source: layout.Pipeline, root: Path) -> layout.Pipeline:
+    """A copy of one pipeline folder (without built artifacts) inside the model repository ``root``."""
+    target = root / source.name
+    shutil.copytree(source.repository, target, ignore=IGNORED)
+    return layout.Pipeline.at(target)
 
 
 @pytest.fixture
-def repository_copy(tmp_path) -> Path:
-    target = tmp_path / "model_repository"
-    shutil.copytree(model_config.MODEL_REPOSITORY, target, ignore=shutil.ignore_patterns("*.onnx", "*.plan", "__pycache__"))
-    return target
+def root(tmp_path) -> Path:
+    """A model repository holding a copy of the image_classifier pipeline only."""
+    repository = tmp_path / "model_repository"
+    copy_pipeline(CLASSIFIER, repository)
+    return repository
+
+
+@pytest.fixture
+def copied(root) -> layout.Pipeline:
+    return layout.pipeline(CLASSIFIER.name, root)
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -25,8 +43,19 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def model_file(pipeline: layout.Pipeline, model: str, file: str) -> Path:
+    """``model`` is a role (preprocess, core, postprocess) or "ensemble"."""
+    folder = pipeline.ensemble_dir if model == "ensemble" else pipeline.model_dir(model)
+    return folder / file
+
+
 def test_real_repository_is_consistent():
-    assert consistency.check_repository(model_config.MODEL_REPOSITORY) == []
+    assert {CLASSIFIER.name, SEGMENTER.name} <= {p.name for p in layout.pipelines()}
+    assert consistency.check_repository(layout.MODEL_REPOSITORY) == []
+
+
+def test_copy_of_one_pipeline_is_consistent(root):
+    assert consistency.check_repository(root) == []
 
 
 def test_command_line_reports_ok():
@@ -34,35 +63,84 @@ def test_command_line_reports_ok():
         [sys.executable, "-m", "vision_serving.consistency"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith("ok: 4 models")
+    pipelines = layout.pipelines()
+    # Each pipeline: its ensemble and three composing models.
+    expected = f"ok: {len(pipelines)} pipelines ({', '.join(p.name for p in pipelines)}), {4 * len(pipelines)} models"
+    assert result.stdout.startswith(expected), result.stdout
+
+
+def test_command_line_lists_problems_and_exits_1(root, copied):
+    shutil.rmtree(copied.core_dir)
+    result = subprocess.run(
+        [sys.executable, "-m", "vision_serving.consistency", "--repository", str(root)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "problem: image_classifier: no model folder 'image_classifier_core'" in result.stdout
+    assert f"problem(s) in {root}" in result.stdout
 
 
 @pytest.mark.parametrize(
-    "file, old, new, problem",
+    "model, file, old, new, problem",
     [
-        ("image_classifier/config.pbtxt", 'value: "pixels" }\n    },', 'value: "pixelz" }\n    },', "'pixels' is not produced by an earlier step"),
-        ("image_classifier/config.pbtxt", 'input_map { key: "images"', 'input_map { key: "image"', "input_map key 'image' is not an input of the model"),
-        ("core/configs/cpu.pbtxt", "dims: [ 1000 ]", "dims: [ 1001 ]", "differ in inputs, outputs or max_batch_size"),
-        ("core/config.pbtxt", "dims: [ 3, 224, 224 ]", "dims: [ 3, 256, 256 ]", "expects TYPE_FP32[3, 256, 256]"),
-        ("postprocess/config.pbtxt", "data_type: TYPE_FP32\n    dims: [ 1000 ]", "data_type: TYPE_FP16\n    dims: [ 1000 ]", "expects TYPE_FP16"),
-        ("preprocess/config.pbtxt", 'string_value: "bicubic"', 'string_value: "lanczos"', "interpolation 'lanczos'"),
-        ("postprocess/config.pbtxt", 'string_value: "5"', 'string_value: "0"', "TOP_K must be between 1 and 1000"),
-        ("image_classifier/config.pbtxt", "max_batch_size: 32", "max_batch_size: 64", "ensemble max_batch_size 64 exceeds"),
-        ("preprocess/config.pbtxt", "data_type: TYPE_STRING", "data_type: TYPE_STRNG", "preprocess/config.pbtxt"),
-        ("image_classifier/config.pbtxt", '      output_map { key: "CLASS_IDS" value: "CLASS_IDS" }\n', "", "output 'CLASS_IDS' is not produced by any step"),
+        ("ensemble", "config.pbtxt", 'value: "pixels" }\n    },', 'value: "pixelz" }\n    },', "'pixels' is not produced by an earlier step"),
+        ("ensemble", "config.pbtxt", 'input_map { key: "images"', 'input_map { key: "image"', "input_map key 'image' is not an input of the model"),
+        ("core", "configs/cpu.pbtxt", "dims: [ 1000 ]", "dims: [ 1001 ]", "differ in inputs, outputs or max_batch_size"),
+        ("core", "config.pbtxt", "dims: [ 3, 224, 224 ]", "dims: [ 3, 256, 256 ]", "expects TYPE_FP32[3, 256, 256]"),
+        ("postprocess", "config.pbtxt", "data_type: TYPE_FP32\n    dims: [ 1000 ]", "data_type: TYPE_FP16\n    dims: [ 1000 ]", "expects TYPE_FP16"),
+        ("preprocess", "config.pbtxt", 'string_value: "bicubic"', 'string_value: "lanczos"', "interpolation 'lanczos'"),
+        ("preprocess", "config.pbtxt", 'string_value: "NCHW"', 'string_value: "NHWC"', "not a square 3-channel NHWC image"),
+        ("postprocess", "config.pbtxt", 'string_value: "5"', 'string_value: "0"', "TOP_K must be between 1 and 1000"),
+        ("ensemble", "config.pbtxt", "max_batch_size: 32", "max_batch_size: 64", "ensemble max_batch_size 64 exceeds"),
+        ("preprocess", "config.pbtxt", "data_type: TYPE_STRING", "data_type: TYPE_STRNG", "image_classifier_preprocess/config.pbtxt"),
+        ("ensemble", "config.pbtxt", '      output_map { key: "CLASS_IDS" value: "CLASS_IDS" }\n', "", "output 'CLASS_IDS' is not produced by any step"),
+        ("ensemble", "config.pbtxt", 'model_name: "image_classifier_core"', 'model_name: "core"', "step 1 ('core'): no such model in the repository"),
+        ("core", "config.pbtxt", 'name: "image_classifier_core"', 'name: "core"', "name 'core' differs from its folder 'image_classifier_core'"),
     ],
 )
-def test_broken_repository_is_reported(repository_copy, file, old, new, problem):
-    edit(repository_copy / file, old, new)
-    problems = consistency.check_repository(repository_copy)
+def test_broken_pipeline_is_reported(root, copied, model, file, old, new, problem):
+    edit(model_file(copied, model, file), old, new)
+    problems = consistency.check_repository(root)
     assert any(problem in p for p in problems), problems
+    # Every problem names the pipeline it is in.
+    assert all(p.startswith(f"{CLASSIFIER.name}: ") for p in problems), problems
 
 
-def test_onnx_io_must_match_the_core_config(repository_copy, built_repository):
-    shutil.copy(built_repository / "core" / "1" / "model.onnx", repository_copy / "core" / "1" / "model.onnx")
-    assert consistency.check_repository(repository_copy) == []
-    for config in ("core/config.pbtxt", "core/configs/cpu.pbtxt"):
-        edit(repository_copy / config, 'name: "logits"', 'name: "scores"')
-    edit(repository_copy / "image_classifier/config.pbtxt", 'key: "logits"', 'key: "scores"')
-    problems = consistency.check_repository(repository_copy)
-    assert any("model.onnx: ONNX outputs" in p for p in problems), problems
+def test_pipeline_missing_its_core_model(root, copied):
+    shutil.rmtree(copied.core_dir)
+    problems = consistency.check_repository(root)
+    assert "image_classifier: no model folder 'image_classifier_core'" in problems, problems
+    assert any("step 1 ('image_classifier_core'): no such model in the repository" in p for p in problems), problems
+
+
+def test_pipeline_missing_its_ensemble(root, copied):
+    shutil.rmtree(copied.ensemble_dir)
+    assert consistency.check_repository(root) == ["image_classifier: no model folder 'image_classifier'"]
+
+
+def test_duplicate_model_name_across_pipelines(root):
+    segmenter = copy_pipeline(SEGMENTER, root)
+    assert consistency.check_repository(root) == []
+    # The same model in two pipelines: Triton refuses to load two models of one name
+    # from its --model-repository folders.
+    shutil.copytree(CLASSIFIER.model_dir("postprocess"), segmenter.repository / CLASSIFIER.model_name("postprocess"), ignore=IGNORED)
+    problems = consistency.check_repository(root)
+    assert (
+        "model 'image_classifier_postprocess' is in both image_classifier and person_segmenter: Triton needs unique names"
+        in problems
+    ), problems
+
+
+def test_repository_without_pipelines(tmp_path):
+    (tmp_path / "image_classifier").mkdir()  # a folder without a recipe is not a pipeline
+    assert consistency.check_repository(tmp_path) == [f"{tmp_path}: no pipeline (a folder with a pipeline.toml)"]
+
+
+def test_onnx_io_must_match_the_core_config(root, copied):
+    built = built_classifier()
+    shutil.copy(built.onnx("fp32"), copied.onnx("fp32"))
+    assert consistency.check_repository(root) == []
+    for config in ("config.pbtxt", "configs/cpu.pbtxt"):
+        edit(copied.core_dir / config, 'name: "logits"', 'name: "scores"')
+    edit(copied.ensemble_dir / "config.pbtxt", 'key: "logits"', 'key: "scores"')
+    problems = consistency.check_repository(root)
+    assert any(f"{copied.onnx('fp32')}: ONNX outputs" in p for p in problems), problems

@@ -46,7 +46,7 @@ DEPLOY_ENV = ROOT / ".build" / "deploy-check"
 DEPLOY_REQUIREMENTS = ROOT / "requirements" / "deploy-check.txt"
 VALIDATE = ROOT / "tests" / "deploy" / "validate.py"
 K8S_VERSION = "1.35.0"
-STEPS = ("preprocess", "core", "postprocess")
+STEPS = ("image_classifier_preprocess", "image_classifier_core", "image_classifier_postprocess")
 # Metric names only a GPU build of Triton exports (Triton's DCGM-based GPU metrics) and
 # Prometheus' own series: the local CPU server cannot show them.
 GPU_ONLY_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes"}
@@ -409,7 +409,7 @@ def test_hpa_scales_on_the_adapter_rule_for_the_core_model(objects, tools, tmp_p
     (adapter,) = load_yaml(tools, path)
     (rule,) = adapter["rules"]
     assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
-    assert 'model="core"' in rule["seriesQuery"] and 'model="core"' in rule["metricsQuery"]
+    assert 'model="image_classifier_core"' in rule["seriesQuery"] and 'model="image_classifier_core"' in rule["metricsQuery"]
     assert "image_classifier" not in rule["metricsQuery"]  # not the ensemble (server#8979)
     assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
     pdb = find(objects, "PodDisruptionBudget")
@@ -509,7 +509,7 @@ def test_restricted_apis_want_the_admin_key(production_server):
     assert http_status(url, "POST", data=b"{}") == 403
     assert http_status(url, "POST", headers={"X-Triton-Admin-Key": ADMIN_KEY}, data=b"{}") == 200
     assert http_status(f"http://{production_server.http_url}/v2/models/image_classifier") == 200  # metadata stays open
-    unload = f"http://{production_server.http_url}/v2/repository/models/core/unload"
+    unload = f"http://{production_server.http_url}/v2/repository/models/image_classifier_core/unload"
     assert http_status(unload, "POST", headers={"X-Triton-Admin-Key": ADMIN_KEY}, data=b"{}") != 200  # model control is off
 
 

@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from vision_serving import model_config, postprocessing, preprocessing
+from vision_serving import classification, layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 from vision_serving.onnx_core import OnnxCore
 
@@ -60,14 +60,15 @@ def test_served_equals_in_process_pipeline(triton_server, built_repository, phot
     names = ["chelsea", "coffee", "camera", "astronaut"]
     labels, scores, class_ids = infer(make_client(triton_server, "grpc"), grpcclient, [photo_bytes[n] for n in names])
 
-    preprocess_config = model_config.load_config(built_repository / "preprocess")
+    preprocess_config = model_config.load_config(built_repository / "image_classifier" / "image_classifier_preprocess")
     limits = preprocessing.limits_from_config(preprocess_config)
     batch = preprocessing.preprocess_batch(
         [decode_rgb(photo_bytes[n], limits) for n in names], preprocessing.PreprocessSpec.from_config(preprocess_config)
     )
-    core_config = model_config.load_config(built_repository / "core", "cpu")
-    logits = OnnxCore(core_config, built_repository / "core" / "1").run(batch)
-    expected = classification.top_k(logits, [5] * len(names), classification.load_labels(built_repository / "postprocess" / "labels.txt", 1000))
+    core_config = model_config.load_config(built_repository / "image_classifier" / "image_classifier_core", "cpu")
+    core = OnnxCore(core_config, built_repository / "image_classifier" / "image_classifier_core" / "1")
+    (logits,) = core.run({core.input_names[0]: batch})
+    expected = classification.top_k(logits, [5] * len(names), classification.load_labels(built_repository / "image_classifier" / "image_classifier_postprocess" / "labels.txt", 1000))
     for row, result in enumerate(expected):
         assert class_ids[row].tolist() == result.class_ids.tolist()
         np.testing.assert_allclose(scores[row], result.scores, atol=1e-5)
@@ -133,7 +134,7 @@ def test_batch_mixing_good_and_bad_images(triton_server, photo_bytes):
             assert is_invalid_argument(outcome), outcome
             assert BAD_PAYLOADS[kind][1] in outcome.message(), outcome.message()
     # Some bad requests must have shared a batch with good ones for this test to mean anything.
-    stats = client.get_inference_statistics("preprocess", as_json=True)["model_stats"][0]
+    stats = client.get_inference_statistics("image_classifier_preprocess", as_json=True)["model_stats"][0]
     assert int(stats["execution_count"]) < int(stats["inference_count"]) + len(work)
 
 

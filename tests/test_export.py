@@ -15,17 +15,19 @@ import onnx
 import onnxruntime
 import pytest
 
-from builders import export_onnx
-from vision_serving import model_config, preprocessing
+from builders import export, export_onnx
+from vision_serving import layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
-REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
-MODEL_REPOSITORY = model_config.MODEL_REPOSITORY
+REPOSITORY_ROOT = layout.REPOSITORY_ROOT
+CLASSIFIER = layout.pipeline("image_classifier")
+# The pipeline folder: the builders' repository argument (its own Triton model repository).
+PIPELINE_REPOSITORY = CLASSIFIER.repository
 
 
 @pytest.fixture(scope="module")
 def exported() -> export_onnx.ExportResult:
-    return export_onnx.export(MODEL_REPOSITORY, log=lambda message: None)
+    return export_onnx.export(PIPELINE_REPOSITORY, log=lambda message: None)
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +37,12 @@ def onnx_model(exported: export_onnx.ExportResult) -> onnx.ModelProto:
 
 @pytest.fixture(scope="module")
 def core_config() -> model_config.ModelConfig:
-    return model_config.load_config(MODEL_REPOSITORY / "core")
+    return model_config.load_config(CLASSIFIER.core_dir)
 
 
 def test_files_exist(exported: export_onnx.ExportResult) -> None:
-    assert exported.onnx_path == MODEL_REPOSITORY / "core" / "1" / "model.onnx"
+    assert exported.onnx_path == CLASSIFIER.onnx("fp32") == CLASSIFIER.core_version_dir / "model.onnx"
+    assert exported.provenance_path == layout.provenance_path(exported.onnx_path)
     for path in (exported.onnx_path, exported.labels_path, exported.provenance_path):
         assert path.is_file(), path
 
@@ -86,15 +89,15 @@ def test_provenance(exported: export_onnx.ExportResult, onnx_model: onnx.ModelPr
 
 
 def test_labels_file(exported: export_onnx.ExportResult, core_config: model_config.ModelConfig) -> None:
-    postprocess = model_config.load_config(MODEL_REPOSITORY / "postprocess")
-    assert exported.labels_path == MODEL_REPOSITORY / "postprocess" / model_config.parameter(postprocess, "labels_file")
+    postprocess = model_config.load_config(CLASSIFIER.model_dir("postprocess"))
+    assert exported.labels_path == CLASSIFIER.model_dir("postprocess") / model_config.parameter(postprocess, "labels_file")
     labels = exported.labels_path.read_text().splitlines()
     assert len(labels) == int(np.prod(core_config.output[0].dims))
     assert [labels[i] for i in (281, 282, 285, 967, 872)] == ["tabby", "tiger cat", "Egyptian cat", "espresso", "tripod"]
 
 
 def _classify(exported: export_onnx.ExportResult, photo_bytes: dict[str, bytes], names: list[str]) -> list[str]:
-    preprocess = model_config.load_config(MODEL_REPOSITORY / "preprocess")
+    preprocess = model_config.load_config(CLASSIFIER.model_dir("preprocess"))
     spec = preprocessing.PreprocessSpec.from_config(preprocess)
     limits = preprocessing.limits_from_config(preprocess)
     batch = preprocessing.preprocess_batch([decode_rgb(photo_bytes[name], limits) for name in names], spec)
@@ -120,15 +123,25 @@ def test_second_run_is_up_to_date(exported: export_onnx.ExportResult) -> None:
     mtimes = [path.stat().st_mtime_ns for path in paths]
     messages: list[str] = []
 
-    again = export_onnx.export(MODEL_REPOSITORY, log=messages.append)
+    again = export_onnx.export(PIPELINE_REPOSITORY, log=messages.append)
 
     assert again.status == "up to date"
     assert messages == ["up to date"]
     assert [path.stat().st_mtime_ns for path in paths] == mtimes
 
 
+def test_recipe_export_dispatches_to_the_pytorch_export(exported: export_onnx.ExportResult) -> None:
+    """The recipe's [source] kind efficientnet_lite0 is this export: same file, up to date."""
+    messages: list[str] = []
+    result = export.export(PIPELINE_REPOSITORY, log=messages.append)
+    assert result.status == "up to date"
+    assert result.onnx_path == exported.onnx_path
+    assert result.provenance["input_hash"] == json.loads(exported.provenance_path.read_text())["input_hash"]
+    assert messages == ["up to date"]
+
+
 def test_changed_or_tampered_outputs_are_not_up_to_date(exported: export_onnx.ExportResult, tmp_path: Path) -> None:
-    plan = export_onnx.plan_export(MODEL_REPOSITORY)
+    plan = export_onnx.plan_export(PIPELINE_REPOSITORY)
     current_hash = export_onnx.input_hash(export_onnx.input_record(plan))
     assert export_onnx.is_up_to_date(plan, current_hash)
     assert not export_onnx.is_up_to_date(plan, "0" * 64)
@@ -178,14 +191,32 @@ def _assert_one_error_line(result: subprocess.CompletedProcess[str], expected: s
 
 def test_cli_nonexistent_repository(tmp_path: Path) -> None:
     missing = tmp_path / "no_such_repository"
-    _assert_one_error_line(_run_cli("export", "--repository", str(missing)), str(missing))
+    _assert_one_error_line(_run_cli("export", "--model-repository", str(missing)), str(missing))
+
+
+def test_cli_unknown_pipeline() -> None:
+    result = _run_cli("export", "--pipeline", "no_such_pipeline")
+    _assert_one_error_line(result, "no pipeline 'no_such_pipeline'")
+    assert CLASSIFIER.name in result.stderr
+
+
+def test_cli_needs_a_pipeline_when_there_are_several() -> None:
+    assert len(layout.pipelines()) > 1
+    result = _run_cli("export")
+    _assert_one_error_line(result, "choose a pipeline with --pipeline NAME")
+    assert all(item.name in result.stderr for item in layout.pipelines())
 
 
 def test_cli_bad_core_config(tmp_path: Path) -> None:
-    repository = tmp_path / "model_repository"
-    for model in ("core", "preprocess", "postprocess"):
-        (repository / model).mkdir(parents=True)
-        shutil.copy(MODEL_REPOSITORY / model / "config.pbtxt", repository / model / "config.pbtxt")
-    core = repository / "core" / "config.pbtxt"
+    copy = layout.Pipeline.at(tmp_path / "model_repository" / CLASSIFIER.name)
+    copy.repository.mkdir(parents=True)
+    shutil.copy(CLASSIFIER.recipe, copy.recipe)
+    for role in layout.ROLES:
+        copy.model_dir(role).mkdir()
+        shutil.copy(CLASSIFIER.model_dir(role) / "config.pbtxt", copy.model_dir(role) / "config.pbtxt")
+    core = copy.core_dir / "config.pbtxt"
     core.write_text(core.read_text().replace("max_batch_size: 32", "max_batch_size: thirty-two"))
-    _assert_one_error_line(_run_cli("export", "--repository", str(repository)), "core/config.pbtxt")
+    _assert_one_error_line(
+        _run_cli("export", "--model-repository", str(copy.repository.parent), "--pipeline", CLASSIFIER.name),
+        f"{copy.core_dir.name}/config.pbtxt",
+    )

@@ -253,7 +253,7 @@ def fuzz_server(server, count: int, seed: int = SEED, concurrency: int = 8) -> d
         "bad": bad[:10],
         "stubs_unchanged": stub_processes(server.process.pid) == stubs_before,
         "all_ready": client.is_server_ready()
-        and all(client.is_model_ready(model) for model in ("image_classifier", "preprocess", "core", "postprocess")),
+        and all(client.is_model_ready(model) for model in ("image_classifier", "image_classifier_preprocess", "image_classifier_core", "image_classifier_postprocess")),
     }
     print("served fuzz:", json.dumps(report))
     return report
@@ -337,7 +337,7 @@ def test_regression_decoded_size_must_match_the_header(monkeypatch):
 def test_regression_side_over_opencv_warp_limit_is_rejected():
     """Fuzz case (seed 1235, #1257): a JPEG declaring 65344x383 (25 MP, under the pixel limit) decoded,
     then cv2.warpAffine asserted (sides must be < 32767) inside execute(): INTERNAL for the whole batch."""
-    from vision_serving import model_config, preprocessing
+    from vision_serving import layout, model_config, preprocessing
 
     payload, _ = mutant(1235, 1257)
     with pytest.raises(ImageError, match="65344x383: a side over the limit of 32766 pixels"):
@@ -345,7 +345,7 @@ def test_regression_side_over_opencv_warp_limit_is_rejected():
     # The widest accepted image goes through the served preprocessing.
     buffer = io.BytesIO()
     Image.fromarray(np.zeros((2, 32766, 3), np.uint8)).save(buffer, "PNG")
-    spec = preprocessing.PreprocessSpec.from_config(model_config.load_config(model_config.MODEL_REPOSITORY / "preprocess"))
+    spec = preprocessing.PreprocessSpec.from_config(model_config.load_config(layout.pipeline("image_classifier").model_dir("image_classifier_preprocess")))
     assert preprocessing.preprocess_batch([decode_rgb(buffer.getvalue(), LIMITS)], spec).shape == (1, *spec.output_shape)
 
 

@@ -21,6 +21,9 @@ from builders import (
     trt_compat,
 )
 from tests.onnx_graphs import const, model, op_types, rng_array, run, value
+from vision_serving import layout
+
+CLASSIFIER = layout.pipeline("image_classifier")
 
 INT64 = TensorProto.INT64
 QUIET = fix_onnx.FixOptions()
@@ -357,7 +360,12 @@ def test_convolution_2d_transpose_bias_becomes_conv_transpose(kernel: int, strid
 
     assert op_types(result.model) == ["Transpose", "ConvTranspose", "Transpose"]
     assert [entry.domain for entry in result.model.opset_import] == [""]
-    assert result.unverified == ["custom_op_rewrites"]  # onnxruntime cannot run the original
+    # onnxruntime cannot run the original alone: it is compared with the op run by its reference
+    # implementation (builders/passes/reference_ops.py, onnxruntime-extensions).
+    assert result.unverified == []
+    (rewrite,) = result.passes
+    assert rewrite.name == "custom_op_rewrites" and rewrite.rewrites == 1
+    assert rewrite.max_abs_diff is not None and rewrite.max_abs_diff <= 1e-4
     mode = padding if isinstance(padding, str) else ("SAME" if padding == 1 else "VALID")
     expected = transpose_conv_bias_reference(x, weights, bias, (stride, stride), mode)
     actual = run(result.model, x)[0]
@@ -365,7 +373,7 @@ def test_convolution_2d_transpose_bias_becomes_conv_transpose(kernel: int, strid
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-4)
 
 
-def test_custom_op_rewrites_leaves_unknown_ops_and_runtime_weights() -> None:
+def test_custom_op_rewrites_leaves_unknown_ops_and_refuses_runtime_weights() -> None:
     unknown = model(
         [helper.make_node("FusedConv", ["x"], ["y"], domain="com.microsoft")],
         [value("x", [1, 3, 4, 4])],
@@ -381,7 +389,9 @@ def test_custom_op_rewrites_leaves_unknown_ops_and_runtime_weights() -> None:
         [value("y", None)],
         domains=["mediapipe"],
     )
-    assert graph_fixes.custom_op_rewrites(gs.import_onnx(runtime_weights)) == 0
+    # A known custom op it cannot rewrite is an error, not a silent leftover TensorRT would reject.
+    with pytest.raises(graph_fixes.PassError, match="weights must be a constant OHWI tensor"):
+        graph_fixes.custom_op_rewrites(gs.import_onnx(runtime_weights))
 
 
 def test_custom_op_rewrite_clears_the_check_error() -> None:
@@ -498,21 +508,29 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_cli_fix_writes_the_fixed_model(tmp_path: Path) -> None:
     source = write(tf_same_constant_chain_model(), tmp_path / "in.onnx")
     target = tmp_path / "out.onnx"
-    code = cli.main(["fix", str(source), str(target), "--passes", "fold_constants_and_cleanup,fuse_pad_into_conv,remove_noops"])
+    passes = "fold_constants_and_cleanup,fuse_pad_into_conv,remove_noops"
+    code = cli.main(["fix", "--pipeline", CLASSIFIER.name, str(source), str(target), "--passes", passes])
     assert code == 0
     assert op_types(onnx.load(str(target))) == ["Conv"]
 
 
 def test_cli_fix_error_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    assert cli.main(["fix", str(tmp_path / "missing.onnx"), str(tmp_path / "out.onnx")]) == 2
+    fix_cli = ["fix", "--pipeline", CLASSIFIER.name]
+    assert cli.main([*fix_cli, str(tmp_path / "missing.onnx"), str(tmp_path / "out.onnx")]) == 2
     assert "no such file" in one_error_line(capsys)
 
     source = write(relu_model(["n", 3]), tmp_path / "in.onnx")
-    assert cli.main(["fix", str(source), str(tmp_path / "out.onnx"), "--passes", "no_such_pass"]) == 2
+    assert cli.main([*fix_cli, str(source), str(tmp_path / "out.onnx"), "--passes", "no_such_pass"]) == 2
     assert "unknown pass(es) no_such_pass" in one_error_line(capsys)
 
+    # Several pipelines in the repository: the config to read is ambiguous without --pipeline.
+    assert cli.main(["fix", str(source), str(tmp_path / "out.onnx"), "--passes", "remove_noops"]) == 2
+    assert "choose a pipeline with --pipeline NAME" in one_error_line(capsys)
+    assert cli.main(["fix", "--pipeline", "no_such_pipeline", str(source), str(tmp_path / "out.onnx")]) == 2
+    assert "no pipeline 'no_such_pipeline'" in one_error_line(capsys)
+
     monkeypatch.setitem(graph_passes.PASSES, "negate", lambda graph: (setattr(graph.nodes[1], "op", "Relu"), 1)[1])
-    assert cli.main(["fix", str(source), str(tmp_path / "out.onnx"), "--passes", "negate"]) == 1
+    assert cli.main([*fix_cli, str(source), str(tmp_path / "out.onnx"), "--passes", "negate"]) == 1
     assert "changed the model's outputs" in one_error_line(capsys)
     assert not (tmp_path / "out.onnx").exists()
 
@@ -527,15 +545,18 @@ def test_fix_in_place_leaves_an_unchanged_model_alone(tmp_path: Path) -> None:
 
 
 def test_cli_check_and_fix_default_to_the_core_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    core = tmp_path / "core"
-    (core / "1").mkdir(parents=True)
-    (core / "config.pbtxt").write_text((fix_onnx.model_config.MODEL_REPOSITORY / "core" / "config.pbtxt").read_text())
-    write(tf_same_constant_chain_model(), core / "1" / "model.onnx")
-    assert cli.main(["check", "--repository", str(tmp_path)]) == 0
+    # A model repository holding one pipeline: a copy of the classifier's recipe and core config.
+    copy = layout.Pipeline.at(tmp_path / "model_repository" / CLASSIFIER.name)
+    copy.core_version_dir.mkdir(parents=True)
+    copy.recipe.write_text(CLASSIFIER.recipe.read_text())
+    (copy.core_dir / "config.pbtxt").write_text((CLASSIFIER.core_dir / "config.pbtxt").read_text())
+    write(tf_same_constant_chain_model(), copy.onnx("fp32"))
+    root = ["--model-repository", str(copy.repository.parent)]  # its only pipeline: no --pipeline needed
+    assert cli.main(["check", *root]) == 0
     assert "runtime-pads" in capsys.readouterr().out
     passes = "fold_constants_and_cleanup,fuse_pad_into_conv"
-    assert cli.main(["fix", "--repository", str(tmp_path), "--passes", passes]) == 0
-    assert op_types(onnx.load(str(core / "1" / "model.onnx"))) == ["Conv"]
+    assert cli.main(["fix", *root, "--passes", passes]) == 0
+    assert op_types(onnx.load(str(copy.onnx("fp32")))) == ["Conv"]
 
 
 # --------------------------------------------------------------------------- the real case
@@ -553,7 +574,7 @@ def photo_batch() -> np.ndarray:
     from builders import photos
     from vision_serving import image_codec, model_config, preprocessing
 
-    config = model_config.load_config(model_config.MODEL_REPOSITORY / "preprocess")
+    config = model_config.load_config(CLASSIFIER.model_dir("preprocess"))
     spec = preprocessing.PreprocessSpec.from_config(config)
     limits = preprocessing.limits_from_config(config)
     names = list(photos.registry())[:8]
@@ -568,7 +589,7 @@ def test_legacy_export_check_then_fix(legacy_model: onnx.ModelProto, photo_batch
     assert "runtime-shape" in codes and "batch-range-undeclared" in codes
     assert not raw.blocking
 
-    options = fix_onnx.options_for_repository(fix_onnx.model_config.MODEL_REPOSITORY, None, None, 1e-4, 1e-4)
+    options = fix_onnx.options_for_repository(CLASSIFIER.repository, None, None, 1e-4, 1e-4)
     result = fix(legacy_model, list(fix_onnx.DEFAULT_PASSES), options)
     fixed = result.model
 

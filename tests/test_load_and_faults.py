@@ -215,7 +215,7 @@ def test_killed_preprocess_stub(repository, images, tmp_path):
     """SIGKILL one preprocess stub (of 2 instances) under load.
 
     Measured on Triton 2.51: the stub is not restarted; requests routed to its instance
-    fail with INTERNAL "Stub process 'preprocess_0_0' is not healthy" (the other instance
+    fail with INTERNAL "Stub process 'image_classifier_preprocess_0_0' is not healthy" (the other instance
     keeps answering), /v2/health/ready and the model's ready stay true (server#8604), and
     shutdown waits the whole exit timeout. The dead stub is a zombie child of tritonserver:
     a liveness check on that (or on failed requests) is what restarts the pod.
@@ -225,7 +225,7 @@ def test_killed_preprocess_stub(repository, images, tmp_path):
         pid = server.process.pid
         client = grpcclient.InferenceServerClient(server.grpc_url)
         stubs = stub_processes(pid)
-        victim_name = next(name for name in sorted(stubs) if name.startswith("preprocess_"))
+        victim_name = next(name for name in sorted(stubs) if name.startswith("image_classifier_preprocess_"))
         victim = stubs[victim_name]
         regions = set(shm_regions(pid))
 
@@ -259,7 +259,7 @@ def test_killed_preprocess_stub(repository, images, tmp_path):
             "zombie_stubs": dead_children(pid),
             "server_ready": server.is_ready(),
             "server_live": client.is_server_live(),
-            "preprocess_model_ready": client.is_model_ready("preprocess"),
+            "preprocess_model_ready": client.is_model_ready("image_classifier_preprocess"),
             "requests_after_kill": len(after),
             "failed_after_kill": sum(not o.ok for o in after),
             "errors": errors,

@@ -1,13 +1,17 @@
-"""The CPU core refuses an ONNX whose output does not match its config (it must fail to load, never serve)."""
+"""The CPU core refuses an ONNX whose outputs do not match its config (it must fail to load, never serve)."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from vision_serving import model_config
+from tests.pipelines import built_classifier
+from vision_serving import layout, model_config
 from vision_serving.onnx_core import OnnxCore
+
+CLASSIFIER = layout.pipeline("image_classifier")
 
 
 def pooled_model(path, input_name: str, output_name: str) -> None:
@@ -24,14 +28,40 @@ def pooled_model(path, input_name: str, output_name: str) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
-def test_wrong_output_shape_fails_at_load(tmp_path):
-    config = model_config.load_config(model_config.MODEL_REPOSITORY / "core", "cpu")
-    pooled_model(tmp_path / model_config.parameter(config, "onnx_file"), config.input[0].name, config.output[0].name)
+def renamed_model(path, input_name: str, output_name: str) -> None:
+    """Identity-shaped [N, 1000] -> [N, 1000] whose names are not the config's."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [input_name], [output_name])],
+        "renamed",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", 1000])],
+        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", 1000])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.fixture(scope="module")
+def cpu_config() -> model_config.ModelConfig:
+    return model_config.load_config(CLASSIFIER.core_dir, "cpu")
+
+
+def test_wrong_output_shape_fails_at_load(tmp_path, cpu_config):
+    pooled_model(tmp_path / model_config.parameter(cpu_config, "onnx_file"), cpu_config.input[0].name, cpu_config.output[0].name)
     with pytest.raises(model_config.ConfigError, match=r"has shape \[3\] per image; the config declares \[1000\]"):
-        OnnxCore(config, tmp_path)
+        OnnxCore(cpu_config, tmp_path)
 
 
-def test_built_model_loads(built_repository):
-    config = model_config.load_config(built_repository / "core", "cpu")
-    core = OnnxCore(config, built_repository / "core" / "1")
-    assert core.output.name == config.output[0].name
+def test_wrong_io_names_fail_at_load(tmp_path, cpu_config):
+    renamed_model(tmp_path / model_config.parameter(cpu_config, "onnx_file"), "pixels", "scores")
+    with pytest.raises(model_config.ConfigError, match=r"ONNX I/O \['pixels'\] -> \['scores'\] does not match config"):
+        OnnxCore(cpu_config, tmp_path)
+
+
+def test_built_model_loads_and_runs_by_name(cpu_config):
+    pipeline = built_classifier()
+    core = OnnxCore(cpu_config, pipeline.core_version_dir)
+    assert core.input_names == [item.name for item in cpu_config.input]
+    assert core.output_names == [item.name for item in cpu_config.output]
+    (image,) = cpu_config.input
+    outputs = core.run({image.name: np.zeros((2, *image.dims), dtype=np.float32)})
+    assert isinstance(outputs, list) and len(outputs) == len(cpu_config.output)
+    assert outputs[0].shape == (2, *cpu_config.output[0].dims)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vision_serving import model_config, preprocessing
+from vision_serving import layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
 PNG_PHOTOS = ["chelsea", "coffee", "camera", "astronaut"]
@@ -28,7 +28,7 @@ MEAN_ABS_TOLERANCE = 0.25 / 128
 
 @pytest.fixture(scope="module")
 def preprocess_config():
-    return model_config.load_config(model_config.MODEL_REPOSITORY / "preprocess")
+    return model_config.load_config(layout.pipeline("image_classifier").model_dir("preprocess"))
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,7 @@ def reference_preprocess(data: bytes, spec: preprocessing.PreprocessSpec) -> np.
 
 
 def test_spec_is_read_from_the_config(spec):
+    assert spec.resize == "center_crop"
     assert spec.crop_size == 224 and spec.resize_shorter_side == 256
     assert spec.interpolation == "bicubic" and spec.layout == "NCHW" and spec.color_order == "RGB"
     assert spec.mean == (127.0, 127.0, 127.0) and spec.std == (128.0, 128.0, 128.0)
@@ -114,3 +115,38 @@ def test_bad_parameters_are_config_errors(spec):
         preprocessing.PreprocessSpec(**{**spec.__dict__, "interpolation": "lanczos"})
     with pytest.raises(model_config.ConfigError, match="smaller than the crop"):
         preprocessing.PreprocessSpec(**{**spec.__dict__, "resize_shorter_side": 200})
+    with pytest.raises(model_config.ConfigError, match="resize 'pad'"):
+        preprocessing.PreprocessSpec(**{**spec.__dict__, "resize": "pad"})
+    # A stretch never crops, so the shorter-side resize does not apply to it.
+    assert preprocessing.PreprocessSpec(**{**spec.__dict__, "resize": "stretch", "resize_shorter_side": 200}).resize == "stretch"
+
+
+def test_stretch_spec_is_read_from_the_segmenter_config():
+    config = model_config.load_config(layout.pipeline("person_segmenter").model_dir("preprocess"))
+    spec = preprocessing.PreprocessSpec.from_config(config)
+    assert spec.resize == "stretch" and spec.crop_size == 256 and spec.resize_shorter_side == 256
+    assert spec.interpolation == "bilinear" and spec.layout == "NHWC" and spec.color_order == "RGB"
+    assert spec.mean == (0.0, 0.0, 0.0) and spec.std == (255.0, 255.0, 255.0)
+    assert spec.output_shape == (256, 256, 3)
+
+
+def test_stretch_scales_the_whole_image_ignoring_its_aspect_ratio(spec):
+    """Nothing is cropped: each half of a two-colour wide image fills half of the output.
+
+    The last row and column are left out: the stretch is corner-aligned like MediaPipe's
+    ImageToTensorCalculator, whose border (constant 0) is sampled there."""
+    stretch = preprocessing.PreprocessSpec(**{**spec.__dict__, "resize": "stretch", "interpolation": "nearest"})
+    image = np.zeros((100, 400, 3), dtype=np.uint8)
+    image[:, 200:] = 255
+    out = preprocessing.preprocess_batch([image], stretch)[0]
+    assert out.shape == stretch.output_shape
+    half = stretch.crop_size // 2
+    np.testing.assert_allclose(out[:, :-1, :half], (0 - 127) / 128, atol=1e-6)
+    np.testing.assert_allclose(out[:, :-1, half:-1], (255 - 127) / 128, atol=1e-6)
+    assert preprocessing.resize_and_crop(image, stretch).shape == (stretch.crop_size, stretch.crop_size, 3)
+
+
+def test_image_sizes_are_height_then_width():
+    images = [np.zeros((10, 20, 3), dtype=np.uint8), np.zeros((7, 3, 3), dtype=np.uint8)]
+    sizes = preprocessing.image_sizes(images)
+    assert sizes.dtype == np.int32 and sizes.tolist() == [[10, 20], [7, 3]]

@@ -11,14 +11,17 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from builders import calibration, cli
+from builders import calibration, cli, recipe
 from builders import quantize as q
-from vision_serving import model_config
+from tests.pipelines import built_classifier
+from vision_serving import layout
 
-REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+CLASSIFIER = layout.pipeline("image_classifier")
+SEGMENTER = layout.pipeline("person_segmenter")
 # A reduced calibration keeps CI time sane; the default (512 samples) runs in the slow test.
 TEST_SAMPLES = 96
-TEST_REPOSITORY = REPOSITORY_ROOT / ".build" / "test-int8" / "model_repository"
+# A model repository holding a copy of the image_classifier pipeline with that INT8 model.
+TEST_ROOT = layout.BUILD_DIR / "test-int8" / "model_repository"
 
 
 # --------------------------------------------------------------------------- Q/DQ checker on small graphs
@@ -138,30 +141,57 @@ def test_activation_per_channel_is_a_violation():
 
 @pytest.fixture(scope="module")
 def served():
-    return calibration.served_preprocessing(model_config.MODEL_REPOSITORY)
+    return calibration.served_preprocessing(CLASSIFIER.repository)
 
 
-def test_split_is_disjoint_and_named():
-    assert not set(calibration.CALIBRATION_PHOTOS) & set(calibration.EVALUATION_PHOTOS)
+@pytest.fixture(scope="module")
+def split():
+    """(calibration, evaluation) photo names of the classifier's recipe."""
+    return calibration.photo_split(CLASSIFIER.repository)
+
+
+def test_split_is_disjoint_and_named(split):
+    calibration_photos, evaluation_photos = split
+    section = recipe.load(CLASSIFIER).quantize
+    assert (calibration_photos, evaluation_photos) == (section.calibration_photos, section.evaluation_photos)
+    assert len(calibration_photos) >= calibration.MIN_CALIBRATION_PHOTOS and evaluation_photos
+    assert not set(calibration_photos) & set(evaluation_photos)
     # The motorcycle stereo pair is near-duplicate: both on the held-out side.
-    assert {"motorcycle_left", "motorcycle_right"} <= set(calibration.EVALUATION_PHOTOS)
+    assert {"motorcycle_left", "motorcycle_right"} <= set(evaluation_photos)
     with pytest.raises(calibration.CalibrationError, match="overlap: coffee"):
-        calibration.check_disjoint(["astronaut", "coffee"], calibration.EVALUATION_PHOTOS)
+        calibration.check_disjoint(["astronaut", "coffee"], evaluation_photos)
 
 
-def test_calibration_samples_come_only_from_calibration_photos(served):
+def test_each_pipeline_has_its_own_split():
+    segmenter_calibration, segmenter_evaluation = calibration.photo_split(SEGMENTER.repository)
+    assert not set(segmenter_calibration) & set(segmenter_evaluation)
+    assert (segmenter_calibration, segmenter_evaluation) != calibration.photo_split(CLASSIFIER.repository)
+
+
+def test_a_recipe_with_overlapping_photos_is_refused(tmp_path):
+    copy = layout.Pipeline.at(tmp_path / CLASSIFIER.name)
+    copy.repository.mkdir()
+    text = CLASSIFIER.recipe.read_text()
+    assert 'calibration_photos = ["astronaut",' in text
+    copy.recipe.write_text(text.replace('calibration_photos = ["astronaut",', 'calibration_photos = ["coffee", "astronaut",', 1))
+    with pytest.raises(recipe.RecipeError, match="calibration and evaluation photos overlap: coffee"):
+        calibration.photo_split(copy.repository)
+
+
+def test_calibration_samples_come_only_from_calibration_photos(served, split):
     _, limits = served
-    sources = calibration.calibration_sources()
+    sources = calibration.calibration_sources(CLASSIFIER.repository)
     assert len(sources) >= calibration.MIN_CALIBRATION_PHOTOS
     samples = calibration.make_samples(sources, 24, 1, calibration.CALIBRATION_PROFILE, limits)
-    assert {s.source for s in samples} <= set(calibration.CALIBRATION_PHOTOS)
-    held_out = {s.sha256 for s in calibration.evaluation_sources()}
+    assert {s.source for s in samples} <= set(split[0])
+    held_out = {s.sha256 for s in calibration.evaluation_sources(CLASSIFIER.repository)}
+    assert {s.name for s in calibration.evaluation_sources(CLASSIFIER.repository)} <= set(split[1])
     assert not {calibration.Source("", s.data).sha256 for s in samples} & held_out
 
 
 def test_same_seed_same_samples_other_seed_other_samples(served):
     spec, limits = served
-    sources = calibration.calibration_sources()[:4]
+    sources = calibration.calibration_sources(CLASSIFIER.repository)[:4]
 
     def digest(seed: int) -> str:
         samples = calibration.make_samples(sources, 12, seed, calibration.CALIBRATION_PROFILE, limits)
@@ -173,7 +203,7 @@ def test_same_seed_same_samples_other_seed_other_samples(served):
 
 def test_augmentations_exercise_the_decoder(served):
     _, limits = served
-    samples = calibration.make_samples(calibration.calibration_sources(), 40, 3, calibration.CALIBRATION_PROFILE, limits)
+    samples = calibration.make_samples(calibration.calibration_sources(CLASSIFIER.repository), 40, 3, calibration.CALIBRATION_PROFILE, limits)
     augmented = [s for s in samples if not s.transform.get("original")]
     formats = {s.transform["format"] for s in augmented}
     qualities = {s.transform["quality"] for s in augmented if s.transform["format"] == "jpeg"}
@@ -185,12 +215,12 @@ def test_augmentations_exercise_the_decoder(served):
 def test_calibration_set_is_saved_with_its_hash_and_reused(tmp_path, served):
     options = q.QuantizeOptions(samples=8)
     messages: list[str] = []
-    first, data = q.build_calibration_set(model_config.MODEL_REPOSITORY, options, messages.append, directory=tmp_path)
+    first, data = q.build_calibration_set(CLASSIFIER.repository, options, messages.append, directory=tmp_path)
     assert data.shape == (8, *served[0].output_shape) and data.dtype == np.float32
     manifest = json.loads(first.manifest_path.read_text())
     assert manifest["sha256"] == first.sha256 == q.sha256_file(first.path)
-    assert [s["source"] for s in manifest["samples"]][:3] == [s.name for s in calibration.calibration_sources()][:3]
-    second, again = q.build_calibration_set(model_config.MODEL_REPOSITORY, options, messages.append, directory=tmp_path)
+    assert [s["source"] for s in manifest["samples"]][:3] == [s.name for s in calibration.calibration_sources(CLASSIFIER.repository)][:3]
+    second, again = q.build_calibration_set(CLASSIFIER.repository, options, messages.append, directory=tmp_path)
     assert second == first and np.array_equal(data, again)
     assert "up to date" in messages[-1]
 
@@ -201,10 +231,24 @@ def test_calibration_dir_rejects_held_out_photos(tmp_path):
     for name in ("astronaut", "brick", "grass", "coffee"):
         shutil.copy(photos.photo_path(name), tmp_path / photos.photo_path(name).name)
     with pytest.raises(calibration.CalibrationError, match="coffee.png .= evaluation photo coffee."):
-        calibration.calibration_sources(tmp_path)
+        calibration.calibration_sources(CLASSIFIER.repository, tmp_path)
     (tmp_path / "coffee.png").unlink()
     with pytest.raises(calibration.CalibrationError, match="calibration needs at least 4"):
-        calibration.calibration_sources(tmp_path)
+        calibration.calibration_sources(CLASSIFIER.repository, tmp_path)
+
+
+def test_held_out_photos_are_the_pipelines_own(tmp_path):
+    """coffee is held out by the classifier but calibrates the segmenter: only the classifier refuses it."""
+    from builders import photos
+
+    assert "coffee" in calibration.photo_split(SEGMENTER.repository)[0]
+    for name in ("astronaut", "brick", "grass", "coffee"):
+        shutil.copy(photos.photo_path(name), tmp_path / photos.photo_path(name).name)
+    assert [s.name for s in calibration.calibration_sources(SEGMENTER.repository, tmp_path)] == sorted(
+        photos.photo_path(name).name for name in ("astronaut", "brick", "grass", "coffee")
+    )
+    with pytest.raises(calibration.CalibrationError, match="coffee.png .= evaluation photo coffee."):
+        calibration.calibration_sources(CLASSIFIER.repository, tmp_path)
 
 
 # --------------------------------------------------------------------------- options and exclusions
@@ -218,13 +262,41 @@ def test_options_are_validated():
 
 
 def test_cli_reports_bad_options_in_one_line(capsys):
-    assert cli.main(["quantize", "--exclude", "stem,bogus"]) == 2
+    assert cli.main(["quantize", "--pipeline", CLASSIFIER.name, "--exclude", "stem,bogus"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: unknown layer group(s) bogus")
 
 
+def test_recipe_options_come_from_the_recipe():
+    options = q.recipe_options(CLASSIFIER.repository)
+    section = recipe.load(CLASSIFIER).quantize
+    assert options == q.QuantizeOptions(method=section.method, samples=section.samples, exclude=section.exclude)
+    # The classifier's recipe keeps the measured defaults (docs/design.md, "INT8").
+    assert options == q.QuantizeOptions()
+    segmenter = q.recipe_options(SEGMENTER.repository)
+    assert segmenter.samples == recipe.load(SEGMENTER).quantize.samples == 256 and segmenter.exclude == ()
+
+
+def test_recipe_options_overrides_win_unless_none():
+    options = q.recipe_options(CLASSIFIER.repository, samples=8, method=None, exclude=(), seed=3)
+    assert options.samples == 8 and options.seed == 3 and options.exclude == ()
+    assert options.method == recipe.load(CLASSIFIER).quantize.method
+    with pytest.raises(q.BuildError, match="unknown layer group"):
+        q.recipe_options(CLASSIFIER.repository, exclude=("stems",))
+
+
+def test_cli_options_default_to_the_recipe():
+    args = cli.build_parser().parse_args(["quantize", "--pipeline", SEGMENTER.name])
+    cli._resolve_pipeline(args)
+    assert args.repository == SEGMENTER.repository
+    assert q.options_from_args(args) == q.recipe_options(SEGMENTER.repository)
+    args = cli.build_parser().parse_args(["quantize", "--pipeline", SEGMENTER.name, "--samples", "16", "--exclude", "none"])
+    cli._resolve_pipeline(args)
+    assert q.options_from_args(args) == q.recipe_options(SEGMENTER.repository, samples=16, exclude=())
+
+
 @pytest.fixture(scope="module")
-def fp32_model(built_repository):
-    return onnx.load(str(q.fp32_path(built_repository)))
+def fp32_model():
+    return onnx.load(str(q.fp32_path(built_classifier().repository)))
 
 
 def test_layer_groups_on_the_default_model(fp32_model):
@@ -248,23 +320,29 @@ def test_exclusions_resolve_to_node_names(fp32_model):
 # --------------------------------------------------------------------------- the real chain
 
 
-def int8_test_repository(source_repository: Path) -> Path:
-    """A copy of the model repository whose core has an INT8 model quantized with TEST_SAMPLES (idempotent)."""
-    for model_dir in source_repository.iterdir():
-        if model_dir.is_dir():
-            shutil.copytree(
-                model_dir,
-                TEST_REPOSITORY / model_dir.name,
-                dirs_exist_ok=True,
-                ignore=shutil.ignore_patterns("__pycache__", q.INT8_FILENAME, q.INT8_FILENAME + ".json", "*.plan*"),
-            )
-    q.quantize(TEST_REPOSITORY, q.QuantizeOptions(samples=TEST_SAMPLES))
-    return TEST_REPOSITORY
+def int8_test_repository(source_repository: Path = layout.MODEL_REPOSITORY) -> layout.Pipeline:
+    """A copy of the image_classifier pipeline of ``source_repository`` (a model repository holding
+    pipelines) in TEST_ROOT, whose core has an INT8 model quantized with the recipe's options and
+    TEST_SAMPLES (idempotent). ``.repository`` is what the builders take; its parent is a model
+    repository to serve."""
+    from builders import export
+
+    source = layout.pipeline(CLASSIFIER.name, source_repository)
+    export.export(source.repository, log=lambda _: None)
+    shutil.copytree(
+        source.repository,
+        TEST_ROOT / source.name,
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("__pycache__", q.INT8_FILENAME, q.INT8_FILENAME + ".json", "*.plan*", layout.SERVED_PRECISION),
+    )
+    copy = layout.pipeline(source.name, TEST_ROOT)
+    q.quantize(copy.repository, q.recipe_options(copy.repository, samples=TEST_SAMPLES), log=lambda _: None)
+    return copy
 
 
 @pytest.fixture(scope="module")
-def int8_repository(built_repository):
-    return int8_test_repository(built_repository)
+def int8_repository():
+    return int8_test_repository().repository
 
 
 def test_quantized_default_model_is_tensorrt_style_int8(int8_repository):
@@ -275,7 +353,10 @@ def test_quantized_default_model_is_tensorrt_style_int8(int8_repository):
     assert provenance["quantizer"]["version"] == "0.47.0"
     assert provenance["quantizer"]["calibration_method"] == q.DEFAULT_METHOD
     assert provenance["calibration"]["samples"] == TEST_SAMPLES
-    assert not set(provenance["calibration"]["photos"]) & set(calibration.EVALUATION_PHOTOS)
+    calibration_photos, evaluation_photos = calibration.photo_split(int8_repository)
+    assert set(provenance["calibration"]["photos"]) <= set(calibration_photos)
+    assert provenance["calibration"]["held_out_photos"] == list(evaluation_photos)
+    assert not set(provenance["calibration"]["photos"]) & set(evaluation_photos)
     assert provenance["input_onnx"]["sha256"] == q.sha256_file(q.fp32_path(int8_repository))
     assert provenance["model"]["sha256"] == q.sha256_file(path)
     assert provenance["peak_rss_mb"] > 0 and provenance["calibration_seconds"] > 0
@@ -289,7 +370,7 @@ def test_quantized_default_model_is_tensorrt_style_int8(int8_repository):
 
 def test_quantize_is_idempotent(int8_repository):
     messages: list[str] = []
-    result = q.quantize(int8_repository, q.QuantizeOptions(samples=TEST_SAMPLES), log=messages.append)
+    result = q.quantize(int8_repository, q.recipe_options(int8_repository, samples=TEST_SAMPLES), log=messages.append)
     assert result.status == "up to date" and messages == [f"up to date ({q.INT8_FILENAME})"]
 
 
@@ -311,11 +392,12 @@ def test_gate_passes_on_the_reduced_calibration(int8_repository, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_quantization_passes_the_gate(built_repository):
-    """The full default (512 samples) on the real repository, then the default gate."""
+def test_default_quantization_passes_the_gate():
+    """The recipe's options (512 samples) on the real pipeline, then the default gate."""
     from builders import evaluate
 
-    result = q.quantize(built_repository)
+    repository = built_classifier().repository
+    result = q.quantize(repository, q.recipe_options(repository))
     assert result.provenance["calibration"]["samples"] == q.DEFAULT_SAMPLES >= 512
-    report = evaluate.evaluate(built_repository, log=lambda _: None)
+    report = evaluate.evaluate(repository, log=lambda _: None)
     assert report["gate"]["pass"] and report["metrics"]["all"]["top1_agreement"] >= 0.95

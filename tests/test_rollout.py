@@ -51,8 +51,8 @@ def golden_dir(tmp_path: Path, images: dict[str, bytes], with_labels: bool) -> P
 def add_version(repository: Path, version: int, broken: str | None = None) -> Path:
     """core/<version> as a copy of core/1. ``broken``: "negated_logits" (wrong answers),
     "init_fails" (initialize raises: the load fails) or "execute_fails" (every request fails)."""
-    target = repository / "core" / str(version)
-    shutil.copytree(repository / "core" / "1", target, ignore=shutil.ignore_patterns("__pycache__"))
+    target = repository / "image_classifier" / "image_classifier_core" / str(version)
+    shutil.copytree(repository / "image_classifier" / "image_classifier_core" / "1", target, ignore=shutil.ignore_patterns("__pycache__"))
     if broken == "negated_logits":
         model = onnx.load(target / "model.onnx")
         output = model.graph.output[0].name
@@ -72,13 +72,13 @@ def add_version(repository: Path, version: int, broken: str | None = None) -> Pa
 
 def ready_core_versions(client, headers: dict | None = None) -> list[int]:
     index = client.get_model_repository_index(headers=headers, as_json=True)["models"]
-    return sorted(int(m["version"]) for m in index if m["name"] == "core" and m.get("state") == "READY")
+    return sorted(int(m["version"]) for m in index if m["name"] == "image_classifier_core" and m.get("state") == "READY")
 
 
 def served_by(client, version: int, images: dict[str, bytes]) -> bool:
     """Classifying the golden images is counted by core version ``version``, with the right labels."""
     def count() -> int:
-        stats = client.get_inference_statistics("core", str(version), as_json=True)["model_stats"]
+        stats = client.get_inference_statistics("image_classifier_core", str(version), as_json=True)["model_stats"]
         return sum(int(entry.get("inference_count", 0)) for entry in stats)
 
     before = count()
@@ -88,7 +88,7 @@ def served_by(client, version: int, images: dict[str, bytes]) -> bool:
 
 
 def run_rollout(server, version: int, golden: Path, *extra: str) -> int:
-    arguments = ["--url", server.grpc_url, "--model", "core", "--version", str(version), "--golden-dir", str(golden)]
+    arguments = ["--url", server.grpc_url, "--model", "image_classifier_core", "--version", str(version), "--golden-dir", str(golden)]
     return rollout.main([*arguments, "--timeout", "120", *extra])
 
 

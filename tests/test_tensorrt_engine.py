@@ -20,14 +20,17 @@ import pytest
 
 from builders import BuildError, cli
 from builders import tensorrt_engine as te
-from vision_serving import model_config
+from vision_serving import layout, model_config
 
-REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+REPOSITORY_ROOT = layout.REPOSITORY_ROOT
+CLASSIFIER = layout.pipeline("image_classifier")
+# The repository has several pipelines: every step that reads one is told which.
+PIPELINE_ARGS = ["--pipeline", CLASSIFIER.name]
 H100 = te.GpuFacts("NVIDIA H100 80GB HBM3", "9.0", "580.65.06", "13.0")
 L4 = te.GpuFacts("NVIDIA L4", "8.9", "580.65.06", "13.0")
 
 TINY_CONFIG = """
-name: "core"
+name: "tiny_core"
 platform: "tensorrt_plan"
 max_batch_size: 4
 input [ { name: "images" data_type: TYPE_FP32 dims: [ 3, 8, 8 ] } ]
@@ -39,6 +42,24 @@ def core_config(text: str = TINY_CONFIG) -> model_config.ModelConfig:
     return model_config.parse_config_text(text)
 
 
+# A minimal valid recipe: build-engine reads only the core's config, but layout finds pipelines by their recipe.
+TINY_RECIPE = """
+task = "classification"
+[source]
+kind = "onnx"
+path = "tiny_core/1/model_int8_qdq.onnx"
+"""
+
+
+def tiny_pipeline(root: Path) -> layout.Pipeline:
+    """``root/tiny``: a pipeline whose core is TINY_CONFIG (a model repository holding one pipeline)."""
+    pipeline = layout.Pipeline.at(root / "tiny")
+    pipeline.core_version_dir.mkdir(parents=True)
+    pipeline.recipe.write_text(TINY_RECIPE)
+    (pipeline.core_dir / "config.pbtxt").write_text(TINY_CONFIG)
+    return pipeline
+
+
 def provenance(trt: str = "10.13.3.9", cc: str = "9.0") -> dict:
     return {"tensorrt": {"version": trt}, "gpu": {"name": "NVIDIA H100 80GB HBM3", "compute_capability": cc}}
 
@@ -47,7 +68,8 @@ def provenance(trt: str = "10.13.3.9", cc: str = "9.0") -> dict:
 
 
 def test_profile_from_the_real_core_config():
-    core = te.load_core_config(model_config.MODEL_REPOSITORY)
+    core = te.load_core_config(CLASSIFIER.repository)
+    assert core.name == CLASSIFIER.model_name("core")
     (profile,) = te.optimization_profile(core)
     dims = tuple(core.input[0].dims)
     assert profile.name == core.input[0].name
@@ -70,10 +92,30 @@ def test_profile_without_batching_and_with_variable_dims():
 
 
 def test_the_cpu_variant_is_not_taken_for_the_plan(tmp_path):
-    (tmp_path / "core").mkdir()
-    (tmp_path / "core" / "config.pbtxt").write_text(TINY_CONFIG.replace('platform: "tensorrt_plan"', 'backend: "python"'))
-    with pytest.raises(model_config.ConfigError, match="expected 'tensorrt_plan'"):
-        te.load_core_config(tmp_path)
+    pipeline = tiny_pipeline(tmp_path)
+    assert te.load_core_config(pipeline.repository).name == "tiny_core"
+    config = pipeline.core_dir / "config.pbtxt"
+    config.write_text(TINY_CONFIG.replace('platform: "tensorrt_plan"', 'backend: "python"'))
+    with pytest.raises(model_config.ConfigError, match="tiny_core/config.pbtxt: platform is 'python', expected 'tensorrt_plan'"):
+        te.load_core_config(pipeline.repository)
+
+
+def test_default_paths_are_the_pipelines(tmp_path):
+    assert te.default_plan(CLASSIFIER.repository) == CLASSIFIER.plan == CLASSIFIER.core_version_dir / te.PLAN_FILENAME
+    pipeline = tiny_pipeline(tmp_path)
+    # Before the precision ladder ran: the INT8 Q/DQ model.
+    assert te.default_onnx(pipeline.repository) == pipeline.onnx("int8") == pipeline.core_version_dir / te.QDQ_ONNX_FILENAME
+
+
+def test_default_onnx_is_the_precision_the_ladder_chose(tmp_path):
+    pipeline = tiny_pipeline(tmp_path)
+    fp16 = pipeline.onnx("fp16")
+    fp16.write_bytes(b"fp16 model")
+    record = {"precision": "fp16", "onnx": fp16.name, "onnx_sha256": te.sha256_bytes(b"fp16 model")}
+    pipeline.served_precision.write_text(json.dumps(record))
+    assert te.default_onnx(pipeline.repository) == fp16
+    fp16.write_bytes(b"changed since the ladder measured it")
+    assert te.default_onnx(pipeline.repository) == pipeline.onnx("int8")
 
 
 def test_release_cache_key_and_versions():
@@ -193,17 +235,17 @@ def write_plan(directory: Path, record: dict, payload: bytes = b"plan") -> Path:
 
 def test_verify_plan_outcomes(tmp_path):
     plan = write_plan(tmp_path, provenance())
-    assert te.verify_plan(plan, model_config.MODEL_REPOSITORY, tensorrt_version="10.13.3", gpus=[H100], log=lambda _: None)
+    assert te.verify_plan(plan, CLASSIFIER.repository, tensorrt_version="10.13.3", gpus=[H100], log=lambda _: None)
     with pytest.raises(te.VerificationError) as mismatch:
-        te.verify_plan(plan, model_config.MODEL_REPOSITORY, tensorrt_version="11.4.1", gpus=[L4])
+        te.verify_plan(plan, CLASSIFIER.repository, tensorrt_version="11.4.1", gpus=[L4])
     assert mismatch.value.exit_code == 1 and "\n" not in str(mismatch.value)
     assert "TensorRT 10.13.3" in str(mismatch.value) and "compute capability 9.0" in str(mismatch.value)
     plan.write_bytes(b"another plan")
     with pytest.raises(te.VerificationError, match="sha256 differs"):
-        te.verify_plan(plan, model_config.MODEL_REPOSITORY, tensorrt_version="10.13.3", gpus=[H100])
+        te.verify_plan(plan, CLASSIFIER.repository, tensorrt_version="10.13.3", gpus=[H100])
     (tmp_path / "model.plan.json").unlink()
     with pytest.raises(te.VerificationError, match="missing or unreadable provenance"):
-        te.verify_plan(plan, model_config.MODEL_REPOSITORY, tensorrt_version="10.13.3", gpus=[H100])
+        te.verify_plan(plan, CLASSIFIER.repository, tensorrt_version="10.13.3", gpus=[H100])
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:
@@ -215,23 +257,23 @@ def test_cli_says_tensorrt_is_missing(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "tensorrt", None)  # makes `import tensorrt` raise ImportError
     onnx_path = tmp_path / "model_int8_qdq.onnx"
     onnx_path.write_bytes(b"not used")
-    code, err = run_cli(["build-engine", "--onnx", str(onnx_path), "--output", str(tmp_path / "model.plan")], capsys)
+    code, err = run_cli(["build-engine", *PIPELINE_ARGS, "--onnx", str(onnx_path), "--output", str(tmp_path / "model.plan")], capsys)
     assert code == 2
     assert err.strip() == "error: TensorRT is not installed (use the builder image docker/builder.Dockerfile)"
     plan = write_plan(tmp_path, provenance())
     monkeypatch.setattr(te, "LIBRARY_DIRS", ())
     monkeypatch.setenv("LD_LIBRARY_PATH", "")
-    code, err = run_cli(["verify-plan", "--plan", str(plan)], capsys)
+    code, err = run_cli(["verify-plan", *PIPELINE_ARGS, "--plan", str(plan)], capsys)
     assert code == 2 and "TensorRT is not installed" in err
 
 
 def test_cli_verify_plan_mismatch_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
     plan = write_plan(tmp_path, provenance())
     monkeypatch.setattr(te, "query_gpus", lambda: [L4])
-    code, err = run_cli(["verify-plan", "--plan", str(plan), "--tensorrt-version", "10.13.3"], capsys)
+    code, err = run_cli(["verify-plan", *PIPELINE_ARGS, "--plan", str(plan), "--tensorrt-version", "10.13.3"], capsys)
     assert code == 1 and err.count("\n") == 1 and err.startswith("error: ") and "compute capability 9.0" in err
     monkeypatch.setattr(te, "query_gpus", lambda: [H100])
-    code, err = run_cli(["verify-plan", "--plan", str(plan), "--tensorrt-version", "10.13.3"], capsys)
+    code, err = run_cli(["verify-plan", *PIPELINE_ARGS, "--plan", str(plan), "--tensorrt-version", "10.13.3"], capsys)
     assert code == 0 and "OK for TensorRT 10.13.3" in err
 
 
@@ -252,22 +294,32 @@ def test_cli_argument_validation(argv, message, capsys):
 def test_cli_opt_batch_above_max_batch_size_is_a_user_error(tmp_path, capsys):
     onnx_path = tmp_path / "model_int8_qdq.onnx"
     onnx_path.write_bytes(b"not used")
-    code, err = run_cli(["build-engine", "--onnx", str(onnx_path), "--opt-batch", "1000"], capsys)
+    code, err = run_cli(["build-engine", *PIPELINE_ARGS, "--onnx", str(onnx_path), "--opt-batch", "1000"], capsys)
     assert code == 2 and "outside 1..32" in err
 
 
 def test_module_entry_point_runs_with_only_the_serving_requirements(tmp_path):
     """The server image's init container: `python3 -m builders.tensorrt_engine verify-plan` without onnx/torch/cv2."""
     blocked = "import sys, runpy; [sys.modules.__setitem__(m, None) for m in ('onnx', 'onnx_graphsurgeon', 'torch', 'cv2', 'tensorrt')]; "
-    run = "sys.argv = ['x', 'verify-plan', '--plan', sys.argv[1]]; runpy.run_module('builders.tensorrt_engine', run_name='__main__')"
+    run = "sys.argv = ['x', 'verify-plan', '--pipeline', 'image_classifier', '--plan', sys.argv[1]]; runpy.run_module('builders.tensorrt_engine', run_name='__main__')"
     completed = subprocess.run(
         [sys.executable, "-c", blocked + run, str(tmp_path / "model.plan")], capture_output=True, text=True, cwd=REPOSITORY_ROOT, check=False
     )
     assert completed.returncode == 2 and completed.stderr.strip().endswith("no such plan (run python -m builders build-engine)"), completed.stderr
 
 
+def test_cli_needs_the_pipeline_when_the_repository_has_several(tmp_path, capsys):
+    assert len(layout.pipelines()) > 1
+    code, err = run_cli(["verify-plan", "--plan", str(tmp_path / "model.plan")], capsys)
+    assert code == 2 and err.startswith("error: choose a pipeline with --pipeline NAME") and err.count("\n") == 1
+    # A model repository holding one pipeline needs no --pipeline.
+    pipeline = tiny_pipeline(tmp_path / "model_repository")
+    code, err = run_cli(["verify-plan", "--model-repository", str(pipeline.repository.parent)], capsys)
+    assert code == 2 and err.strip() == f"error: {pipeline.plan}: no such plan (run python -m builders build-engine)"
+
+
 def test_cli_missing_onnx(tmp_path, capsys):
-    code, err = run_cli(["build-engine", "--onnx", str(tmp_path / "missing.onnx")], capsys)
+    code, err = run_cli(["build-engine", *PIPELINE_ARGS, "--onnx", str(tmp_path / "missing.onnx")], capsys)
     assert code == 2 and "no such ONNX file" in err
 
 
@@ -381,15 +433,14 @@ def onnxruntime_emulation(onnx_path: Path, inputs: dict[str, np.ndarray]) -> dic
 
 @pytest.mark.gpu
 def test_build_verify_and_run_a_tiny_qdq_plan(trt, tmp_path, capsys):
-    repository = tmp_path / "repository"
-    (repository / "core" / "1").mkdir(parents=True)
-    (repository / "core" / "config.pbtxt").write_text(TINY_CONFIG)
-    onnx_path = repository / "core" / "1" / te.QDQ_ONNX_FILENAME
+    pipeline = tiny_pipeline(tmp_path / "model_repository")
+    where = ["--model-repository", str(pipeline.repository.parent), "--pipeline", pipeline.name]
+    onnx_path = pipeline.onnx("int8")
     tiny_qdq_onnx(onnx_path)
-    argv = ["build-engine", "--repository", str(repository), "--opt-batch", "2", "--cache-dir", str(tmp_path / "cache")]
+    argv = ["build-engine", *where, "--opt-batch", "2", "--cache-dir", str(tmp_path / "cache")]
     code, err = run_cli(argv, capsys)
     assert code == 0, err
-    plan = repository / "core" / "1" / te.PLAN_FILENAME
+    plan = pipeline.plan
     record = json.loads(te.provenance_path(plan).read_text())
     assert record["tensorrt"]["version"] == trt.__version__ and record["onnx"]["qdq_nodes"] == 3
     assert record["profile"]["images"] == {"min": [1, 3, 8, 8], "opt": [2, 3, 8, 8], "max": [4, 3, 8, 8]}
@@ -398,9 +449,9 @@ def test_build_verify_and_run_a_tiny_qdq_plan(trt, tmp_path, capsys):
 
     code, err = run_cli(argv, capsys)  # second run: served from the cache, nothing rebuilt
     assert code == 0 and "is current" in err
-    code, err = run_cli(["verify-plan", "--repository", str(repository), "--deserialize"], capsys)
+    code, err = run_cli(["verify-plan", *where, "--deserialize"], capsys)
     assert code == 0, err
-    code, err = run_cli(["verify-plan", "--repository", str(repository), "--tensorrt-version", "9.0.0"], capsys)
+    code, err = run_cli(["verify-plan", *where, "--tensorrt-version", "9.0.0"], capsys)
     assert code == 1 and "TensorRT" in err
 
     batch = np.random.default_rng(1).uniform(-1, 1, (3, 3, 8, 8)).astype(np.float32)
@@ -412,26 +463,26 @@ def test_build_verify_and_run_a_tiny_qdq_plan(trt, tmp_path, capsys):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_build_and_run_the_real_qdq_model(trt, tmp_path, capsys):
-    onnx_path = te.default_onnx(model_config.MODEL_REPOSITORY)
+    onnx_path = te.default_onnx(CLASSIFIER.repository)
     if not onnx_path.is_file():
-        pytest.skip(f"{onnx_path} not built (python -m builders quantize)")
+        pytest.skip(f"{onnx_path} not built (python -m builders quantize --pipeline {CLASSIFIER.name})")
     plan = tmp_path / te.PLAN_FILENAME
-    code, err = run_cli(["build-engine", "--onnx", str(onnx_path), "--output", str(plan), "--opt-batch", "8"], capsys)
+    code, err = run_cli(["build-engine", *PIPELINE_ARGS, "--onnx", str(onnx_path), "--output", str(plan), "--opt-batch", "8"], capsys)
     assert code == 0, err
-    code, err = run_cli(["verify-plan", "--plan", str(plan), "--deserialize"], capsys)
+    code, err = run_cli(["verify-plan", *PIPELINE_ARGS, "--plan", str(plan), "--deserialize"], capsys)
     assert code == 0, err
 
     from builders import photos
     from vision_serving import preprocessing
     from vision_serving.image_codec import decode_rgb
 
-    preprocess = model_config.load_config(model_config.MODEL_REPOSITORY / "preprocess")
+    preprocess = model_config.load_config(CLASSIFIER.model_dir("preprocess"))
     limits = preprocessing.limits_from_config(preprocess)
     names = ["chelsea", "coffee", "camera", "motorcycle_left", "rocket", "astronaut"]
     batch = preprocessing.preprocess_batch(
         [decode_rgb(photos.photo_bytes(n), limits) for n in names], preprocessing.PreprocessSpec.from_config(preprocess)
     ).astype(np.float32)
-    core = te.load_core_config(model_config.MODEL_REPOSITORY)
+    core = te.load_core_config(CLASSIFIER.repository)
     input_name, output_name = core.input[0].name, core.output[0].name
     got = run_plan(trt, plan, {input_name: batch})[output_name]
     want = onnxruntime_emulation(onnx_path, {input_name: batch})[output_name]

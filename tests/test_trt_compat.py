@@ -13,6 +13,9 @@ from onnx import TensorProto, helper
 
 from builders import batch_profile, cli, trt_compat
 from tests.onnx_graphs import const, model, rng_array, value
+from vision_serving import layout
+
+CLASSIFIER = layout.pipeline("image_classifier")
 
 INT64, INT8, UINT8, INT32 = TensorProto.INT64, TensorProto.INT8, TensorProto.UINT8, TensorProto.INT32
 
@@ -288,7 +291,11 @@ def test_report_orders_by_severity_and_summarizes() -> None:
 def test_cli_check_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = tmp_path / "good.onnx"
     onnx.save(clean(), str(good))
+    # An explicit model needs no --pipeline, although the repository has several.
+    assert len(layout.pipelines()) > 1
     assert cli.main(["check", str(good)]) == 0
+    assert "nothing blocks a TensorRT build" in capsys.readouterr().out
+    assert cli.main(["check", "--pipeline", CLASSIFIER.name, str(good)]) == 0
     assert "nothing blocks a TensorRT build" in capsys.readouterr().out
 
     bad = tmp_path / "bad.onnx"
@@ -310,14 +317,21 @@ def test_cli_check_user_errors_are_one_line(tmp_path: Path, capsys: pytest.Captu
     assert captured.out == ""
 
 
+def test_cli_check_without_a_model_needs_the_pipeline(capsys: pytest.CaptureFixture[str]) -> None:
+    """The default model is a pipeline's core: with several pipelines, which one must be said."""
+    assert cli.main(["check"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().startswith("error: choose a pipeline with --pipeline NAME") and captured.out == ""
+
+
 def test_check_after_fix_on_the_default_model(tmp_path: Path) -> None:
     """The served export passes check; after fix it has no findings at all (the batch range is recorded)."""
     from builders import fix_onnx
 
-    source = fix_onnx.model_config.MODEL_REPOSITORY / "core" / "1" / "model.onnx"
+    source = CLASSIFIER.onnx("fp32")
     if not source.is_file():
-        pytest.skip("core/1/model.onnx is not built (python -m builders export)")
+        pytest.skip(f"{source} is not built (python -m builders export --pipeline {CLASSIFIER.name})")
     assert not trt_compat.check_file(source).blocking
-    options = fix_onnx.options_for_repository(fix_onnx.model_config.MODEL_REPOSITORY, None, None, 1e-4, 1e-4)
+    options = fix_onnx.options_for_repository(CLASSIFIER.repository, None, None, 1e-4, 1e-4)
     fixed = fix_onnx.fix_file(source, tmp_path / "fixed.onnx", fix_onnx.DEFAULT_PASSES, options, log=lambda _: None)
     assert trt_compat.check_model(fixed.model).findings == []

@@ -59,6 +59,7 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int32]
+ImageArray = npt.NDArray[np.uint8]
 
 # MediaPipe's face-detection keypoint order (mediapipe/python/solutions/face_detection.py,
 # FaceKeyPoint): the subject's right eye first.
@@ -162,7 +163,7 @@ def ssd_anchors(options: AnchorOptions | None = None) -> FloatArray:
                         if last == num_strides - 1
                         else _calculate_scale(opts.min_scale, opts.max_scale, last + 1, num_strides)
                     )
-                    scales.append(math.sqrt(scale * scale_next))
+                    scales.append(float(np.sqrt(np.float32(scale) * np.float32(scale_next))))  # float math, as in C++
                     aspect_ratios.append(opts.interpolated_scale_aspect_ratio)
             last += 1
         if last == layer_id:  # no stride matched (num_layers > len(strides) with feature maps)
@@ -317,13 +318,13 @@ _RANGE_SCALE = np.float32(2.0 / 255.0)  # GetValueRangeTransformation(0, 255, -1
 _RANGE_OFFSET = np.float32(-1.0)  # ... .offset = -1 - 0 * scale
 
 
-def _check_image(image: np.ndarray) -> np.ndarray:
+def _check_image(image: ImageArray) -> ImageArray:
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] not in (3, 4):
         raise ValueError(f"expected an HxWx3 (RGB) or HxWx4 (RGBA) uint8 image, got {image.dtype} {image.shape}")
     return image
 
 
-def _warp_into(image: np.ndarray, params: LetterboxParams, index: int, out: FloatArray) -> None:
+def _warp_into(image: ImageArray, params: LetterboxParams, index: int, out: FloatArray) -> None:
     matrix = params.input_matrix(index)
     warped = cv2.warpPerspective(
         image,
@@ -340,7 +341,7 @@ def _warp_into(image: np.ndarray, params: LetterboxParams, index: int, out: Floa
     out[...] = warped * np.float64(_RANGE_SCALE) + np.float64(_RANGE_OFFSET)
 
 
-def letterbox(image: np.ndarray, target: int | tuple[int, int] = INPUT_SIZE) -> tuple[FloatArray, LetterboxParams]:
+def letterbox(image: ImageArray, target: int | tuple[int, int] = INPUT_SIZE) -> tuple[FloatArray, LetterboxParams]:
     """One RGB uint8 image -> ``([1, H, W, 3] float32 in [-1, 1], params)`` like ImageToTensorCalculator's CPU path.
 
     image_to_tensor_converter_opencv.cc: ``cv::warpPerspective`` of the padded
@@ -354,7 +355,7 @@ def letterbox(image: np.ndarray, target: int | tuple[int, int] = INPUT_SIZE) -> 
 
 
 def letterbox_batch(
-    images: Sequence[np.ndarray], target: int | tuple[int, int] = INPUT_SIZE, out: FloatArray | None = None
+    images: Sequence[ImageArray], target: int | tuple[int, int] = INPUT_SIZE, out: FloatArray | None = None
 ) -> tuple[FloatArray, LetterboxParams]:
     """A batch of RGB uint8 images of any sizes -> ``([N, H, W, 3] float32, params)``."""
     for image in images:
@@ -410,7 +411,9 @@ class DecodeOptions:
             raise ValueError("num_coords must be 4 + num_keypoints * 2")
 
 
-def _as_batch(raw_boxes: npt.ArrayLike, raw_scores: npt.ArrayLike, options: DecodeOptions) -> tuple[FloatArray, FloatArray]:
+def _as_batch(
+    raw_boxes: npt.ArrayLike, raw_scores: npt.ArrayLike, options: DecodeOptions
+) -> tuple[FloatArray, FloatArray]:
     boxes = np.asarray(raw_boxes, dtype=np.float32)
     scores = np.asarray(raw_scores, dtype=np.float32)
     if boxes.ndim == 4 and boxes.shape[1] == 1:  # GPU-style [N, 1, A, C]
@@ -468,7 +471,7 @@ def decode(
     boxes = np.stack([x_c - half_w, y_c - half_h, x_c + half_w, y_c + half_h], axis=-1).astype(np.float32)
 
     k0 = opts.keypoint_coord_offset
-    # [N, A, K, 2] in the model's order, (x, y) for XYWH / XYXY, (y, x) for YXHW
+    # [N, A, K, 2]: (x, y) with reverse_output_order (XYWH), (y, x) without (YXHW)
     kp_raw = raw[..., k0 : k0 + 2 * opts.num_keypoints].reshape(raw.shape[:2] + (opts.num_keypoints, 2))
     if not opts.reverse_output_order:
         kp_raw = kp_raw[..., ::-1]
