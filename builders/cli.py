@@ -50,6 +50,10 @@ def _resolve_pipeline(args: argparse.Namespace) -> None:
     if args.step == "check" and args.model is not None and not args.pipeline:
         args.repository = None  # an explicit model file: no pipeline is read
         return
+    explicit_files = any(getattr(args, name, None) for name in ("onnx", "output", "plan"))
+    if args.step in ("build-engine", "verify-plan") and not args.pipeline and not explicit_files:
+        args.repository = None  # every pipeline, in turn (one init container builds them all)
+        return
     if args.pipeline:
         args.repository = layout.pipeline(args.pipeline, args.model_repository).repository
         return
@@ -82,22 +86,29 @@ def _add_export(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]
     parser.set_defaults(run=_run_export)
 
 
+def _chosen_repositories(args: argparse.Namespace) -> list[Path]:
+    """The chosen pipeline's folder, or every pipeline's when none was chosen."""
+    if args.repository is not None:
+        return [Path(args.repository)]
+    return layout.model_repositories(args.model_repository)
+
+
 def _run_build_engine(args: argparse.Namespace) -> int:
     from builders import tensorrt_engine as te
 
-    repository = Path(args.repository)
-    te.build_engine(
-        te.BuildSettings(
-            repository=repository,
-            onnx=args.onnx or te.default_onnx(repository),
-            output=args.output or te.default_plan(repository),
-            opt_batch=args.opt_batch,
-            workspace_mib=args.workspace_mib,
-            timing_cache=args.timing_cache,
-            cache_dir=args.cache_dir,
-            force=args.force,
+    for repository in _chosen_repositories(args):
+        te.build_engine(
+            te.BuildSettings(
+                repository=repository,
+                onnx=args.onnx or te.default_onnx(repository),
+                output=args.output or te.default_plan(repository),
+                opt_batch=args.opt_batch,
+                workspace_mib=args.workspace_mib,
+                timing_cache=args.timing_cache,
+                cache_dir=args.cache_dir,
+                force=args.force,
+            )
         )
-    )
     return 0
 
 
@@ -114,9 +125,10 @@ def _add_build_engine(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     parser = subparsers.add_parser(
         "build-engine",
         parents=[common],
-        help="build the core's TensorRT plan (strongly typed, from the Q/DQ ONNX) and its provenance",
+        help="build each core's TensorRT plan (strongly typed, at the precision the ladder chose) and its provenance",
         description=(
-            f"Build <pipeline>_core/1/{PLAN_FILENAME} for this GPU and TensorRT (10.8+ or 11) from <pipeline>_core/1/{QDQ_ONNX_FILENAME}: "
+            f"Build <pipeline>_core/1/{PLAN_FILENAME} (every pipeline's, without --pipeline) for this GPU and TensorRT (10.8+ or 11) "
+            f"from the ONNX the precision ladder chose (served_precision.json; else {QDQ_ONNX_FILENAME}): "
             "a strongly typed network, batch profile 1..max_batch_size of <pipeline>_core/config.pbtxt, a timing cache, "
             f"and {PLAN_FILENAME}.json beside the plan. Skips the build when the plan is current. Needs TensorRT "
             "(the builder image docker/builder.Dockerfile) and a GPU."
@@ -142,8 +154,8 @@ def _add_build_engine(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
 def _run_verify_plan(args: argparse.Namespace) -> int:
     from builders import tensorrt_engine as te
 
-    repository = Path(args.repository)
-    te.verify_plan(args.plan or te.default_plan(repository), repository, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version)
+    for repository in _chosen_repositories(args):
+        te.verify_plan(args.plan or te.default_plan(repository), repository, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version)
     return 0
 
 

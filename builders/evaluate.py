@@ -12,7 +12,7 @@ and gated on all of them together:
 
 Locally the INT8 Q/DQ model runs on onnxruntime with graph optimizations
 disabled (Q -> DQ -> float ops, close to TensorRT's INT8 numerics; the fused
-CPU int8 kernels of these AVX2 machines are not, DESIGN.md §3) and FP32 with
+CPU int8 kernels of these AVX2 machines are not, docs/design.md §3) and FP32 with
 all optimizations. With ``--server-url`` the encoded images go to a running
 server's ``image_classifier`` ensemble instead, and its top-1/top-5 class ids
 are compared with the local FP32 reference, so what is served is what is

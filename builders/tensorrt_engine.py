@@ -481,7 +481,8 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
     wanted = {"key": key, "onnx_sha256": onnx_sha, "profile": profile_record, "workspace_bytes": workspace_bytes}
 
     target_plan = settings.output
-    build_plan = settings.cache_dir / key / PLAN_FILENAME if settings.cache_dir else target_plan
+    # One plan per pipeline in the cache: <cache>/trt<X.Y.Z>-sm<CC>/<pipeline>/model.plan.
+    build_plan = settings.cache_dir / key / Pipeline.at(settings.repository).name / PLAN_FILENAME if settings.cache_dir else target_plan
     if not settings.force and _matches(_read_provenance(provenance_path(build_plan)), wanted, build_plan):
         record = _read_provenance(provenance_path(build_plan)) or {}
         if build_plan != target_plan:

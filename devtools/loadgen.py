@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 MODEL = "image_classifier"
-# Labels EfficientNet-Lite0 gives the real photos (DESIGN.md §4); a response for
+# Labels EfficientNet-Lite0 gives the real photos (docs/design.md §4); a response for
 # one of these images with another top-1 label counts as a failure.
 GOLDEN_LABELS: dict[str, frozenset[str]] = {
     "chelsea": frozenset({"tiger cat", "Egyptian cat", "tabby"}),

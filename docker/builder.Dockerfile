@@ -1,8 +1,10 @@
 # The builder image: NVIDIA's TensorRT container (the SAME YY.MM as the server
 # image, so the same TensorRT release) plus the builders and ModelOpt.
-# It runs export -> quantize -> build-engine -> verify-plan (docker/build_artifacts.sh)
-# and writes the ONNX files, the plan and their provenance into the mounted
-# model repository (/models).
+# For every pipeline of the mounted model repository (/models/<pipeline>/ with a
+# pipeline.toml; none is named here) it runs `builders all` (export -> check ->
+# quantize -> precision ladder), then build-engine and verify-plan
+# (docker/build_artifacts.sh), and writes the ONNX files, the plans and their
+# provenance into /models.
 #
 #   docker build -f docker/builder.Dockerfile --build-arg TRITON_RELEASE=26.11 -t image-classifier/builder:26.11-0.1.0 .
 #
@@ -12,6 +14,8 @@ FROM nvcr.io/nvidia/tensorrt:${TRITON_RELEASE}-py3
 
 ARG MODELOPT_VERSION=0.47.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# The build environments of builders/build_envs.py made in the image (see below).
+ARG BUILD_ENVS="tflite-convert"
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
@@ -39,6 +43,21 @@ RUN python3 -m pip --python /opt/venv/bin/python install --no-compile \
         "$(grep -E '^pytest==' requirements/dev.txt)" \
     && python3 -m pip --python /opt/venv/bin/python install --no-compile --no-deps \
         "nvidia-modelopt==${MODELOPT_VERSION}"
+
+# The separate build environments builders/build_envs.py runs tools in
+# (.build/envs/<name> from requirements/<name>.txt: TensorFlow + tf2onnx for TFLite
+# sources pin numpy 2 / protobuf 7, which /opt/venv cannot take). Made here, in
+# /opt/build-envs/<name>, not at run time: NVIDIA's Ubuntu Python may lack ensurepip
+# (python3-venv; /opt/venv above is made --without-pip for that reason), which
+# build_envs' own `python3 -m venv` needs, and a build then needs no index for them. docker/build_artifacts.sh links each into .build/envs/ (which compose mounts
+# as a volume, possibly one made by an older image), with the stamp build_envs
+# compares: the sha256 of requirements/<name>.txt.
+RUN for name in ${BUILD_ENVS}; do \
+        python3 -m venv --without-pip "/opt/build-envs/${name}" \
+        && python3 -m pip --python "/opt/build-envs/${name}/bin/python" install --no-compile -r "requirements/${name}.txt" \
+        && sha256sum "requirements/${name}.txt" | cut -d " " -f 1 > "/opt/build-envs/${name}/.requirements.sha256" \
+        || exit 1; \
+    done
 
 # The source tree itself (no install): builders write their caches to .build/.
 COPY pyproject.toml README.md ./

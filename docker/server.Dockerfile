@@ -4,7 +4,10 @@
 #   docker build -f docker/server.Dockerfile --build-arg TRITON_RELEASE=26.11 -t image-classifier/triton-server:26.11-0.1.0 .
 #
 # The model repository is NOT in the image: mount it at /models (docker/compose.yaml,
-# k8s/). Nothing is installed at start. TRITON_RELEASE comes from versions.env
+# k8s/). It holds one folder per pipeline (a folder with a pipeline.toml), each a
+# Triton model repository of its own; the entrypoint, tritonserver-pipelines
+# (docker/tritonserver-pipelines.sh), passes one --model-repository per pipeline
+# it finds there, so no pipeline is named here. Nothing is installed at start. TRITON_RELEASE comes from versions.env
 # (the default below is asserted equal to it by tests/test_deployment.py).
 ARG TRITON_RELEASE=26.11
 FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3
@@ -39,6 +42,9 @@ COPY builders builders
 RUN python3 -m pip --python /opt/venv/bin/python install --no-compile --no-deps . \
     && rm -rf /opt/image-classifier/build /opt/image-classifier/*.egg-info
 
+# One --model-repository per <root>/<pipeline>/pipeline.toml, then exec tritonserver.
+COPY --chmod=0755 docker/tritonserver-pipelines.sh /usr/local/bin/tritonserver-pipelines
+
 ENV PATH=/opt/venv/bin:${PATH} \
     HOME=/tmp
 
@@ -51,13 +57,15 @@ EXPOSE 8000 8001 8002
 HEALTHCHECK --interval=15s --timeout=5s --start-period=300s --retries=3 \
     CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]
 
-# Production flags: models loaded once at start and never changed through the API
-# (--model-control-mode=none), ready only when every model is, per-step latency
-# quantiles on /metrics (the alerts use them), and up to 40 s to drain in-flight
-# requests on SIGTERM (k8s: preStop 10 s + 40 s < terminationGracePeriodSeconds 60).
+# Production flags: every pipeline under /models (--pipelines-root, the entry
+# script's own flag, not passed to tritonserver), models loaded once at start and
+# never changed through the API (--model-control-mode=none), ready only when every
+# model is, per-step latency quantiles on /metrics (the alerts use them), and up to
+# 40 s to drain in-flight requests on SIGTERM (k8s: preStop 10 s + 40 s <
+# terminationGracePeriodSeconds 60).
 # Append e.g. --http-restricted-api/--grpc-restricted-protocol as CMD/args.
-ENTRYPOINT ["tritonserver", \
-    "--model-repository=/models", \
+ENTRYPOINT ["tritonserver-pipelines", \
+    "--pipelines-root=/models", \
     "--model-control-mode=none", \
     "--strict-readiness=true", \
     "--exit-timeout-secs=40", \

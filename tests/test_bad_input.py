@@ -29,7 +29,7 @@ from PIL import Image
 from tritonclient.utils import InferenceServerException
 
 from devtools.loadgen import GOLDEN_LABELS, copy_repository, running_server, stub_processes
-from vision_serving import model_config, preprocessing
+from vision_serving import layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
 pytestmark = pytest.mark.integration
@@ -366,11 +366,14 @@ def test_limits_are_set_in_the_configs(built_repository, limits):
     """Bytes and pixels per image, and images per request, are bounded by configuration."""
     assert 0 < limits.max_bytes <= 64 * 2**20
     assert 0 < limits.max_pixels <= 100_000_000
-    ensemble = model_config.load_config(built_repository / "image_classifier" / MODEL)
-    assert ensemble.max_batch_size > 0
-    for step in ensemble.ensemble_scheduling.step:
-        composing = model_config.load_config(built_repository / step.model_name, "cpu")
-        assert 0 < ensemble.max_batch_size <= composing.max_batch_size, step.model_name
+    for pipeline in layout.pipelines(built_repository):
+        ensemble = model_config.load_config(pipeline.ensemble_dir)
+        assert ensemble.max_batch_size > 0
+        for step in ensemble.ensemble_scheduling.step:
+            composing = model_config.load_config(pipeline.repository / step.model_name, "cpu")
+            assert 0 < ensemble.max_batch_size <= composing.max_batch_size, step.model_name
+            if composing.backend == "python" and "layout" in composing.parameters:
+                assert preprocessing.limits_from_config(composing).max_pixels <= 100_000_000, step.model_name
 
 
 def test_request_parameters_cannot_redirect_files(triton_server, photo_bytes):

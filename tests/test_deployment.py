@@ -9,10 +9,14 @@ No Docker engine, cluster or GPU is needed. What runs:
   both Dockerfiles;
 - cross-checks between versions.env, the Dockerfiles, compose.yaml and the manifests
   (tags, ports, flags, shutdown timing, the HPA metric vs the adapter rule);
-- the real local tritonserver started with the Deployment's own flags: it accepts
-  them, the probe paths answer 200, the restricted APIs want the key, and every
-  metric name used by the alerts, the adapter rule and the dashboard exists on its
-  /metrics (except the GPU-only ones).
+- pipelines are never named in docker/ or k8s/: the server's entry script
+  (docker/tritonserver-pipelines.sh) and the builder's (docker/build_artifacts.sh) find
+  them (folders with a pipeline.toml), run here against the real model_repository/ with
+  fake `tritonserver`/`python` executables; the monitoring selects models by suffix;
+- the real local tritonserver started THROUGH the entry script with the Deployment's
+  own flags: it accepts them, serves every pipeline, the probe paths answer 200, the
+  restricted APIs want the key, and every metric name used by the alerts, the adapter
+  rule and the dashboard exists on its /metrics (except the GPU-only ones).
 
 The tools run from their own venv, .build/deploy-check/ (requirements/deploy-check.txt),
 created here when missing or stale: checkov's pins conflict with .venv.
@@ -30,6 +34,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +42,8 @@ import numpy as np
 import pytest
 
 from devtools.loadgen import free_port
+from devtools.triton_server import LocalTritonServer
+from vision_serving import layout
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"
@@ -45,8 +52,17 @@ DOCKERFILES = {"server": DOCKER / "server.Dockerfile", "builder": DOCKER / "buil
 DEPLOY_ENV = ROOT / ".build" / "deploy-check"
 DEPLOY_REQUIREMENTS = ROOT / "requirements" / "deploy-check.txt"
 VALIDATE = ROOT / "tests" / "deploy" / "validate.py"
+ENTRY_SCRIPT = DOCKER / "tritonserver-pipelines.sh"
+BUILD_SCRIPT = DOCKER / "build_artifacts.sh"
+ENTRY_COMMAND = "tritonserver-pipelines"  # where server.Dockerfile installs ENTRY_SCRIPT
+ROOT_FLAG = "--pipelines-root"  # the entry script's own flag; never passed to tritonserver
 K8S_VERSION = "1.35.0"
-STEPS = ("image_classifier_preprocess", "image_classifier_core", "image_classifier_postprocess")
+PIPELINES = layout.pipelines(layout.MODEL_REPOSITORY)
+STEPS = tuple(pipeline.model_name(role) for pipeline in PIPELINES for role in layout.ROLES)
+# The monitoring selects models by their role suffix (<pipeline>_<role>), never by pipeline.
+STEP_SELECTOR = 'model=~".+_(preprocess|core|postprocess)"'
+CORE_SELECTOR = 'model=~".+_core"'
+ENSEMBLE_SELECTOR = 'model!~".+_(preprocess|core|postprocess)"'
 # Metric names only a GPU build of Triton exports (Triton's DCGM-based GPU metrics) and
 # Prometheus' own series: the local CPU server cannot show them.
 GPU_ONLY_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes"}
@@ -169,6 +185,11 @@ def flag_values(arguments: list[str]) -> dict[str, str]:
     return values
 
 
+def tritonserver_arguments(arguments: list[str]) -> list[str]:
+    """What the entry script passes on to tritonserver: all but its own --pipelines-root."""
+    return [a for a in arguments if a.split("=", 1)[0] != ROOT_FLAG]
+
+
 def dockerfile_entrypoint(path: Path) -> list[str]:
     text = path.read_text().replace("\\\n", " ")
     match = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", text, re.MULTILINE)
@@ -235,6 +256,9 @@ def test_compose_builds_with_versions_env(compose, versions):
     assert services["server"]["depends_on"]["builder"]["condition"] == "service_completed_successfully"
     assert "../model_repository:/models:ro" in services["server"]["volumes"]
     assert "../model_repository:/models" in services["builder"]["volumes"]
+    # Both run their image's entrypoint: the server's entry script finds the pipelines, the builder's builds them all.
+    assert "entrypoint" not in services["server"] and "entrypoint" not in services["builder"]
+    assert not any(a.startswith("--model-repository") for a in services["server"]["command"])
 
 
 def test_k8s_images_carry_the_versions_env_tags(pod_spec, versions):
@@ -322,17 +346,29 @@ def test_every_server_flag_is_known_to_tritonserver(triton, compose):
         "server.Dockerfile": dockerfile_entrypoint(DOCKERFILES["server"])[1:],
         "compose.yaml": compose["services"]["server"]["command"],
     }
-    assert triton["command"] == ["tritonserver"] and dockerfile_entrypoint(DOCKERFILES["server"])[0] == "tritonserver"
+    assert triton["command"] == [ENTRY_COMMAND] and dockerfile_entrypoint(DOCKERFILES["server"])[0] == ENTRY_COMMAND
+    assert "--model-repository" in known and ROOT_FLAG not in known
     for where, arguments in used.items():
-        unknown = set(flag_values(arguments)) - known
+        unknown = set(flag_values(tritonserver_arguments(arguments))) - known
         assert not unknown, f"{where}: tritonserver does not know {sorted(unknown)}"
+        assert "--model-repository" not in flag_values(arguments), f"{where}: the entry script adds one per pipeline"
+
+
+def test_the_server_image_installs_the_entry_script():
+    text = DOCKERFILES["server"].read_text()
+    assert re.search(rf"^COPY --chmod=0755 docker/{ENTRY_SCRIPT.name} /usr/local/bin/{ENTRY_COMMAND}$", text, re.MULTILINE)
+    ignore = (DOCKER / "server.Dockerfile.dockerignore").read_text().splitlines()
+    assert f"!docker/{ENTRY_SCRIPT.name}" in ignore, "the build context must include the entry script"
+    builder_ignore = (DOCKER / "builder.Dockerfile.dockerignore").read_text().splitlines()
+    assert f"!docker/{BUILD_SCRIPT.name}" in builder_ignore
+    assert dockerfile_entrypoint(DOCKERFILES["builder"]) == ["bash", f"docker/{BUILD_SCRIPT.name}"]
 
 
 def test_production_flags_are_the_same_everywhere(triton, compose):
     deployment = flag_values(triton["args"])
     image = flag_values(dockerfile_entrypoint(DOCKERFILES["server"])[1:])
     assert deployment["--model-control-mode"] == image["--model-control-mode"] == "none"
-    assert deployment["--model-repository"] == image["--model-repository"] == "/models"
+    assert deployment[ROOT_FLAG] == image[ROOT_FLAG] == "/models"
     assert deployment["--metrics-config"] == image["--metrics-config"] == "summary_latencies=true"
     for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
         apis, _, header = deployment[flag].partition(":")
@@ -390,10 +426,83 @@ def test_pod_security_resources_and_shm(pod_spec, triton):
     assert all(m.get("readOnly") for m in triton["volumeMounts"] if m["mountPath"] == "/models")
     build = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")
     script = " ".join(build["args"])
-    assert "build-engine" in script and "--cache-dir /store/plans" in script and "verify-plan" in script
-    verify = next(c for c in pod_spec["initContainers"] if c["name"] == "verify-plan")
-    assert verify["command"] == ["python3", "-m", "builders.tensorrt_engine", "verify-plan", "--repository", "/models"]
     assert [c["name"] for c in pod_spec["initContainers"]] == ["build-plan", "verify-plan"]
+    verify = next(c for c in pod_spec["initContainers"] if c["name"] == "verify-plan")
+    assert verify["command"] == ["python3", "-m", "builders.tensorrt_engine", "verify-plan", "--model-repository", "/models"]
+
+
+def builder_commands(script: str) -> list[list[str]]:
+    """The `python -m builders ...` commands of a shell script, as argument lists."""
+    joined = script.replace("\\\n", " ")
+    return [shlex.split(line.strip())[3:] for line in joined.splitlines() if re.match(r"\s*python3? -m builders(\.tensorrt_engine)? ", line)]
+
+
+def test_init_containers_build_and_verify_every_pipeline(pod_spec):
+    """No --pipeline (every pipeline in turn), no --onnx/--output (each core's ONNX from its
+    precision ladder, its plan at <pipeline>_core/1/model.plan), the new --model-repository."""
+    build = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")
+    verify = next(c for c in pod_spec["initContainers"] if c["name"] == "verify-plan")
+    script = build["args"][0]
+    commands = builder_commands(script) + [verify["command"][3:]]
+    assert [c[0] for c in commands] == ["build-engine", "verify-plan", "verify-plan"]
+    for command in commands:
+        options = flag_options(command[1:])
+        assert options["--model-repository"] == "/models", command
+        assert not {"--repository", "--pipeline", "--onnx", "--output", "--plan"} & set(options), command
+    assert flag_options(commands[0][1:])["--cache-dir"] == "/store/plans"
+    assert "--deserialize" in commands[1]
+    assert "cp -R /store/model_repository/. /models/" in script
+    assert "/models/*/pipeline.toml" in script, "build-plan stops with one line when the PVC holds no pipeline"
+
+
+def run_build_plan(script: str, store: Path, models: Path, fake_bin: Path) -> subprocess.CompletedProcess[str]:
+    """The build-plan init container's script with its two volumes moved under tmp_path."""
+    local = script.replace("/store/", f"{store}/").replace("/models", str(models))
+    environment = {"PATH": f"{fake_bin}:/usr/bin:/bin", "HOME": "/tmp"}
+    return subprocess.run(["bash", "-c", local], capture_output=True, text=True, env=environment, timeout=120, check=False)
+
+
+def test_the_build_plan_script_runs_over_every_pipeline(pod_spec, tmp_path):
+    """Run here with a fake `python`: the PVC's repository copied, then one build-engine and one
+    verify-plan over all of it; an empty PVC stops before any build, in one line."""
+    (script,) = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")["args"]
+    fake_executable(tmp_path / "bin", "python")
+    store, models = tmp_path / "store", tmp_path / "models"
+    shutil.copytree(layout.MODEL_REPOSITORY, store / "model_repository", ignore=shutil.ignore_patterns("*.onnx", "__pycache__"))
+    models.mkdir()
+    completed = run_build_plan(script, store, models, tmp_path / "bin")
+    assert completed.returncode == 0, completed.stderr
+    assert sorted(p.name for p in layout.pipelines(models)) == sorted(p.name for p in PIPELINES)
+    commands = [call.splitlines() for call in completed.stdout.split("-m\n")[1:]]
+    assert commands == [
+        ["builders", "build-engine", "--model-repository", str(models), "--cache-dir", f"{store}/plans"],
+        ["builders", "verify-plan", "--model-repository", str(models), "--deserialize"],
+    ]
+    shutil.rmtree(models)
+    models.mkdir()
+    shutil.rmtree(store / "model_repository")
+    (store / "model_repository" / "lost+found").mkdir(parents=True)
+    completed = run_build_plan(script, store, models, tmp_path / "bin")
+    assert completed.returncode == 1 and completed.stdout == ""
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith("build-plan: error: no pipeline in")
+
+
+def flag_options(arguments: list[str]) -> dict[str, str | None]:
+    """``--name value`` / ``--name=value`` / ``--switch`` as {name: value or None}."""
+    options: dict[str, str | None] = {}
+    index = 0
+    while index < len(arguments):
+        name, sep, value = arguments[index].partition("=")
+        if sep:
+            options[name] = value
+        elif index + 1 < len(arguments) and not arguments[index + 1].startswith("--"):
+            options[name] = arguments[index + 1]
+            index += 1
+        else:
+            options[name] = None
+        index += 1
+    return options
 
 
 def test_hpa_scales_on_the_adapter_rule_for_the_core_model(objects, tools, tmp_path):
@@ -409,8 +518,12 @@ def test_hpa_scales_on_the_adapter_rule_for_the_core_model(objects, tools, tmp_p
     (adapter,) = load_yaml(tools, path)
     (rule,) = adapter["rules"]
     assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
-    assert 'model="image_classifier_core"' in rule["seriesQuery"] and 'model="image_classifier_core"' in rule["metricsQuery"]
-    assert "image_classifier" not in rule["metricsQuery"]  # not the ensemble (server#8979)
+    # Every pipeline's core, none named, never an ensemble (server#8979): the worst core per pod.
+    assert CORE_SELECTOR in rule["seriesQuery"]
+    query = " ".join(rule["metricsQuery"].split())
+    assert query.count(CORE_SELECTOR) == 2 and "model=" not in query.replace(CORE_SELECTOR, "")
+    assert query.startswith("max by (<<.GroupBy>>) (") and query.count("sum by (<<.GroupBy>>, model)") == 2
+    assert query.count("(") == query.count(")")
     assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
     pdb = find(objects, "PodDisruptionBudget")
     assert pdb["spec"]["selector"] == find(objects, "Deployment")["spec"]["selector"]
@@ -434,24 +547,68 @@ def test_alerts_cover_the_thresholds_and_have_runbooks(objects):
         assert rule["expr"].count("(") == rule["expr"].count(")"), rule["alert"]
 
 
+def test_alerts_cover_every_pipeline_by_model(objects):
+    """No pipeline named: ensembles and steps are selected by suffix, and each alert that is
+    about a model keeps the `model` label (the pipeline, or <pipeline>_<step>) in its result."""
+    by_name = {rule["alert"].removeprefix("ImageClassifier"): rule for rule in prometheus_rules(objects)}
+    success = " ".join(by_name["SuccessRateLow"]["expr"].split())
+    assert success.count(ENSEMBLE_SELECTOR) == 3 and success.count("sum by (model)") == 3
+    assert "{{ $labels.model }}" in by_name["SuccessRateLow"]["annotations"]["summary"]
+    for name in ("QueueP95High", "ComputeP95High"):
+        expr = " ".join(by_name[name]["expr"].split())
+        assert STEP_SELECTOR in expr and expr.startswith("max by (model, pod)"), name
+        assert "{{ $labels.model }}" in by_name[name]["annotations"]["summary"], name
+    assert "sum by (model, reason)" in by_name["InferenceFailures"]["expr"]
+    for rule in by_name.values():
+        assert not re.search(r'model=~?"(?!\.\+_)', rule["expr"]), f"{rule['alert']}: selects a model by name"
+
+
 def dashboard(objects) -> dict[str, Any]:
     return json.loads(find(objects, "ConfigMap", "image-classifier-dashboard")["data"]["image-classifier.json"])
 
 
-def test_dashboard_shows_every_step(objects):
+def dashboard_expressions(board: dict[str, Any]) -> list[str]:
+    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+
+
+def test_dashboard_shows_every_step_of_every_pipeline(objects):
     board = dashboard(objects)
-    expressions = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    expressions = dashboard_expressions(board)
     joined = " ".join(expressions)
     for metric in ("nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us", "nv_inference_request_duration_us", "nv_inference_exec_count", "nv_inference_queue_summary_us"):
         assert metric in joined, metric
-    assert 'model=~"preprocess|core|postprocess"' in joined
     assert any("nv_inference_count" in e and "nv_inference_exec_count" in e for e in expressions), "batch size panel"
+    # The pipeline variable: every core model's pipeline, found from the metrics.
+    variable = next(v for v in board["templating"]["list"] if v["name"] == "pipeline")
+    assert variable["type"] == "query" and variable["multi"] and variable["includeAll"]
+    assert CORE_SELECTOR in variable["definition"] and variable["regex"] == "/^(.+)_core$/"
+    # Per pipeline, a repeated row of per-step panels selected by that pipeline's models.
+    panels = board["panels"]
+    (repeated,) = [p for p in panels if p.get("repeat")]
+    assert repeated["type"] == "row" and repeated["repeat"] == "pipeline"
+    step_panels = [p for p in panels if p["gridPos"]["y"] > repeated["gridPos"]["y"]]
+    assert len(step_panels) >= 6
+    for panel in step_panels:
+        for target in panel["targets"]:
+            assert 'model=~"${pipeline}_(preprocess|core|postprocess)"' in target["expr"], panel["title"]
+    above = [t["expr"] for p in panels if p["gridPos"]["y"] < repeated["gridPos"]["y"] for t in p.get("targets", [])]
+    assert any('model=~"${pipeline:regex}"' in e and "nv_inference_request_success" in e for e in above), "ensemble panel"
+    # The HPA's own metric, as the adapter computes it.
+    assert any(e.startswith("max by (pod) (sum by (pod, model)") and CORE_SELECTOR in e for e in above)
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids))
+    # Every selector names a pipeline only through the variable.
+    for expression in expressions:
+        for selector in re.findall(r'model=~?"([^"]*)"', expression):
+            assert "${pipeline" in selector or selector.startswith(".+_"), selector
 
 
 def used_metric_names(objects) -> set[str]:
     texts = [r["expr"] for r in prometheus_rules(objects)]
     texts.append(find(objects, "ConfigMap", "prometheus-adapter-image-classifier")["data"]["config.yaml"])
-    texts += [t["expr"] for p in dashboard(objects)["panels"] for t in p["targets"]]
+    board = dashboard(objects)
+    texts += dashboard_expressions(board)
+    texts += [v["definition"] for v in board["templating"]["list"] if "definition" in v]
     names = set()
     for text in texts:
         names |= set(re.findall(r"\b(nv_[a-z_]+)\b", text))
@@ -459,25 +616,181 @@ def used_metric_names(objects) -> set[str]:
     return names
 
 
+# --------------------------------------------------------------------------- pipelines: found, never named
+
+
+def deployment_files() -> list[Path]:
+    return sorted(path for folder in (DOCKER, K8S) for path in folder.rglob("*") if path.is_file())
+
+
+def test_nothing_in_docker_or_k8s_names_a_pipeline():
+    """A pipeline added with `builders new-pipeline` must need no change here: no file names
+    one of today's pipelines or their models (image-classifier with a hyphen is the project)."""
+    names = {pipeline.name for pipeline in PIPELINES} | {"image_classifier", "person_segmenter", "face_detector"}
+    assert {"image_classifier", "person_segmenter"} <= {pipeline.name for pipeline in PIPELINES}
+    pattern = re.compile("|".join(sorted(map(re.escape, names))), re.IGNORECASE)
+    files = deployment_files()
+    assert {ENTRY_SCRIPT, BUILD_SCRIPT, K8S / "deployment.yaml", K8S / "dashboards" / "image-classifier.json"} <= set(files)
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, "pipelines named in docker/ or k8s/:\n" + "\n".join(found)
+
+
+def fake_executable(directory: Path, name: str) -> Path:
+    """An executable ``name`` that prints each argument on its own line and exits 0."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text('#!/bin/sh\nfor argument in "$@"; do printf \'%s\\n\' "$argument"; done\n')
+    path.chmod(0o755)
+    return path
+
+
+def run_script(script: Path, arguments: list[str], fake_bin: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {"PATH": f"{fake_bin}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), **env}
+    return subprocess.run(["bash", str(script), *arguments], capture_output=True, text=True, env=environment, timeout=60, check=False)
+
+
+def test_the_entry_script_passes_one_model_repository_per_pipeline(tmp_path, triton):
+    fake_executable(tmp_path / "bin", "tritonserver")
+    args = tritonserver_arguments(triton["args"])
+    completed = run_script(ENTRY_SCRIPT, [f"{ROOT_FLAG}={layout.MODEL_REPOSITORY}", *args], tmp_path / "bin")
+    assert completed.returncode == 0, completed.stderr
+    passed = completed.stdout.splitlines()
+    repositories = [a.partition("=")[2] for a in passed if a.startswith("--model-repository")]
+    assert sorted(repositories) == sorted(str(path) for path in layout.model_repositories(layout.MODEL_REPOSITORY))
+    assert len(repositories) == len(PIPELINES) >= 2
+    assert all(a.startswith("--model-repository=") for a in passed[: len(repositories)])
+    assert passed[len(repositories):] == args, "every other argument is passed on unchanged, in order"
+    assert ROOT_FLAG not in completed.stdout
+    (line,) = completed.stderr.splitlines()
+    assert all(pipeline.name in line for pipeline in PIPELINES)
+
+
+def test_the_entry_script_root_defaults_to_the_images(tmp_path):
+    """The Dockerfile's ENTRYPOINT root; without the flag, $PIPELINES_ROOT, else /models."""
+    entrypoint = dockerfile_entrypoint(DOCKERFILES["server"])
+    assert f"{ROOT_FLAG}=/models" in entrypoint
+    root = tmp_path / "root"
+    for name in ("zeta", "alpha"):
+        (root / name).mkdir(parents=True)
+        (root / name / layout.RECIPE_FILENAME).write_text("")
+    (root / "not_a_pipeline").mkdir()  # no recipe: not served
+    (root / "stray.toml").write_text("")
+    (root / "dir_recipe" / layout.RECIPE_FILENAME).mkdir(parents=True)  # not a file
+    fake_executable(tmp_path / "bin", "tritonserver")
+    completed = run_script(ENTRY_SCRIPT, ["--log-info=true"], tmp_path / "bin", PIPELINES_ROOT=str(root))
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [f"--model-repository={root}/alpha", f"--model-repository={root}/zeta", "--log-info=true"]
+    # The same folders layout.pipelines() finds (what ./scripts/serve and the builders use).
+    assert [f"--model-repository={p}" for p in layout.model_repositories(root)] == completed.stdout.splitlines()[:2]
+
+
+@pytest.mark.parametrize("case", ["empty", "missing", "model-repository"])
+def test_the_entry_script_fails_in_one_clear_line(tmp_path, case):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "some_folder").mkdir()
+    fake_executable(tmp_path / "bin", "tritonserver")
+    arguments = {
+        "empty": [f"{ROOT_FLAG}={empty}"],
+        "missing": [f"{ROOT_FLAG}={tmp_path / 'nowhere'}"],
+        "model-repository": [f"{ROOT_FLAG}={layout.MODEL_REPOSITORY}", f"--model-repository={layout.MODEL_REPOSITORY}"],
+    }[case]
+    completed = run_script(ENTRY_SCRIPT, [*arguments, "--log-info=true"], tmp_path / "bin")
+    assert completed.returncode == 2 and completed.stdout == "", "tritonserver must not start"
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith(f"{ENTRY_COMMAND}: error: ")
+    expected = {"empty": f"no pipeline in {empty}", "missing": "does not exist", "model-repository": "do not pass --model-repository"}[case]
+    assert expected in line
+
+
+def test_the_builder_script_builds_every_pipeline(tmp_path):
+    """docker/build_artifacts.sh with a fake `python`: `builders all`, then build-engine and
+    verify-plan --deserialize over the whole repository (no --pipeline), the baked build
+    environments linked where builders/build_envs.py looks."""
+    fake_executable(tmp_path / "bin", "python")
+    baked = tmp_path / "baked"
+    (baked / "tflite-convert" / "bin").mkdir(parents=True)
+    envs = tmp_path / "cache" / "envs"
+    (envs / "tflite-convert").mkdir(parents=True)  # stale, e.g. from an older image's volume
+    completed = run_script(
+        BUILD_SCRIPT, [str(layout.MODEL_REPOSITORY), "--workspace-mib", "2048"], tmp_path / "bin",
+        PLAN_CACHE_DIR="/cache/plans", BUILD_ENVS_DIR=str(envs), BAKED_ENVS_DIR=str(baked),
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    calls = completed.stdout.split("-m\n")[1:]
+    commands = [call.splitlines() for call in calls]
+    repository = str(layout.MODEL_REPOSITORY)
+    assert commands == [
+        ["builders", "all", "--model-repository", repository],
+        ["builders", "build-engine", "--model-repository", repository, "--cache-dir", "/cache/plans", "--workspace-mib", "2048"],
+        ["builders", "verify-plan", "--model-repository", repository, "--deserialize"],
+    ]
+    assert os.readlink(envs / "tflite-convert") == str(baked / "tflite-convert")
+    assert all(pipeline.name in completed.stderr for pipeline in PIPELINES)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    completed = run_script(BUILD_SCRIPT, [str(empty)], tmp_path / "bin", BUILD_ENVS_DIR=str(envs), BAKED_ENVS_DIR=str(baked))
+    assert completed.returncode == 2 and completed.stdout == ""
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith("build_artifacts: error: no pipeline in")
+
+
+def test_the_builder_image_bakes_its_build_environments():
+    """builders/build_envs.py's venvs for the export steps are made in the image (no ensurepip
+    needed at run time), with the stamp it compares, where build_artifacts.sh links them from."""
+    from builders import build_envs
+
+    text = DOCKERFILES["builder"].read_text()
+    (names,) = re.findall(r'^ARG BUILD_ENVS="([^"]*)"$', text, re.MULTILINE)
+    for name in names.split():
+        assert build_envs.requirements_file(name).is_file(), name
+    assert f"/{build_envs.STAMP_NAME}" in text and 'sha256sum "requirements/${name}.txt"' in text
+    assert "/opt/build-envs/${name}" in text and "/opt/build-envs" in BUILD_SCRIPT.read_text()
+    assert str(build_envs.ENVS_DIR.relative_to(build_envs.ROOT)) == ".build/envs"
+    assert "/opt/image-classifier/.build/envs" in BUILD_SCRIPT.read_text()
+
+
 # --------------------------------------------------------------------------- the real local server with the production flags
+
+
+@dataclass
+class EntryScriptServer(LocalTritonServer):
+    """The local tritonserver started the way the images start it: through the entry script,
+    which must find every pipeline under --pipelines-root and add its --model-repository."""
+
+    bin_dir: Path = Path("/nonexistent")
+
+    def command(self) -> list[str]:
+        from devtools.triton_server import server_environment
+
+        binary, *arguments = super().command()
+        (self.bin_dir / "tritonserver").symlink_to(binary)
+        arguments = [a for a in arguments if not a.startswith("--model-repository=")]
+        path = f"{self.bin_dir}:{server_environment()['PATH']}"
+        return ["env", f"PATH={path}", "bash", str(ENTRY_SCRIPT), f"{ROOT_FLAG}={self.model_repository}", *arguments]
 
 
 @pytest.fixture(scope="module")
 def production_server(triton, built_repository, tmp_path_factory):
-    """The local tritonserver 2.51 (CPU core) started with the Deployment's own flags."""
-    from devtools.triton_server import LocalTritonServer
-
+    """The local tritonserver 2.51 (CPU core) started through docker/tritonserver-pipelines.sh with the Deployment's own flags."""
     env = {"TRITON_ADMIN_KEY": ADMIN_KEY}
-    local = {"--model-repository", "--http-port", "--grpc-port", "--metrics-port", "--exit-timeout-secs"}
+    local = {ROOT_FLAG, "--http-port", "--grpc-port", "--metrics-port", "--exit-timeout-secs"}
     arguments = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in triton["args"] if a.split("=", 1)[0] not in local]
-    server = LocalTritonServer(
+    directory = tmp_path_factory.mktemp("production-flags")
+    server = EntryScriptServer(
         http_port=free_port(),
         grpc_port=free_port(),
         metrics_port=free_port(),
         model_repository=built_repository,
         exit_timeout_secs=int(flag_values(triton["args"])["--exit-timeout-secs"]),
         extra_args=arguments,
-        log_file=tmp_path_factory.mktemp("production-flags") / "tritonserver.log",
+        log_file=directory / "tritonserver.log",
+        bin_dir=directory,
     )
     server.start()
     try:
@@ -508,9 +821,21 @@ def test_restricted_apis_want_the_admin_key(production_server):
     url = f"http://{production_server.http_url}/v2/repository/index"
     assert http_status(url, "POST", data=b"{}") == 403
     assert http_status(url, "POST", headers={"X-Triton-Admin-Key": ADMIN_KEY}, data=b"{}") == 200
-    assert http_status(f"http://{production_server.http_url}/v2/models/image_classifier") == 200  # metadata stays open
-    unload = f"http://{production_server.http_url}/v2/repository/models/image_classifier_core/unload"
-    assert http_status(unload, "POST", headers={"X-Triton-Admin-Key": ADMIN_KEY}, data=b"{}") != 200  # model control is off
+    for pipeline in PIPELINES:
+        assert http_status(f"http://{production_server.http_url}/v2/models/{pipeline.name}") == 200  # metadata stays open
+        unload = f"http://{production_server.http_url}/v2/repository/models/{pipeline.model_name('core')}/unload"
+        assert http_status(unload, "POST", headers={"X-Triton-Admin-Key": ADMIN_KEY}, data=b"{}") != 200  # model control is off
+
+
+@pytest.mark.integration
+def test_the_entry_script_serves_every_pipeline(production_server):
+    """Every pipeline folder became a --model-repository: each ensemble and step is ready."""
+    for pipeline in PIPELINES:
+        for model in (pipeline.name, *(pipeline.model_name(role) for role in layout.ROLES)):
+            assert http_status(f"http://{production_server.http_url}/v2/models/{model}/ready") == 200, model
+    log = production_server.log_file.read_text(errors="replace")
+    (line,) = [line for line in log.splitlines() if line.startswith(f"{ENTRY_COMMAND}: serving ")]
+    assert f"serving {len(PIPELINES)} pipeline(s)" in line
 
 
 @pytest.mark.integration
@@ -518,9 +843,10 @@ def test_metric_names_used_exist_on_the_real_server(production_server, objects, 
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(production_server.http_url)
-    image = httpclient.InferInput("IMAGE", [1, 1], "BYTES")
-    image.set_data_from_numpy(np.array([[photo_bytes["coffee"]]], dtype=np.object_))
-    client.infer("image_classifier", [image])
+    for pipeline in PIPELINES:  # every ensemble takes IMAGE (encoded bytes); one request each fills its steps' metrics
+        image = httpclient.InferInput("IMAGE", [1, 1], "BYTES")
+        image.set_data_from_numpy(np.array([[photo_bytes["coffee"]]], dtype=np.object_))
+        client.infer(pipeline.name, [image])
     with urllib.request.urlopen(f"http://localhost:{production_server.metrics_port}/metrics", timeout=10) as response:
         exposition = response.read().decode()
     exported = set(re.findall(r"^(nv_[a-z_]+?)(?:_count|_sum)?[{ ]", exposition, re.MULTILINE))

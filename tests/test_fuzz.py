@@ -345,7 +345,7 @@ def test_regression_side_over_opencv_warp_limit_is_rejected():
     # The widest accepted image goes through the served preprocessing.
     buffer = io.BytesIO()
     Image.fromarray(np.zeros((2, 32766, 3), np.uint8)).save(buffer, "PNG")
-    spec = preprocessing.PreprocessSpec.from_config(model_config.load_config(layout.pipeline("image_classifier").model_dir("image_classifier_preprocess")))
+    spec = preprocessing.PreprocessSpec.from_config(model_config.load_config(layout.pipeline("image_classifier").model_dir("preprocess")))
     assert preprocessing.preprocess_batch([decode_rgb(buffer.getvalue(), LIMITS)], spec).shape == (1, *spec.output_shape)
 
 

@@ -244,7 +244,7 @@ def test_killed_preprocess_stub(repository, images, tmp_path):
         errors = {}
         for outcome in after:
             if not outcome.ok:
-                errors[(outcome.error or "")[:120]] = errors.get((outcome.error or "")[:120], 0) + 1
+                errors[(outcome.error or "")[:200]] = errors.get((outcome.error or "")[:200], 0) + 1
         # Whether the instance recovers with time (it does not in 2.51).
         time.sleep(3)
         late = []

@@ -61,10 +61,13 @@ def add_version(repository: Path, version: int, broken: str | None = None) -> Pa
         model.graph.node.append(helper.make_node("Neg", [f"{output}_raw"], [output], name="broken_negate"))
         onnx.save(model, target / "model.onnx")
     elif broken in ("init_fails", "execute_fails"):
-        source = (target / "model.py").read_text()
-        marker = "    def initialize(self, args):\n" if broken == "init_fails" else "    def execute(self, requests):\n"
-        assert marker in source
-        (target / "model.py").write_text(source.replace(marker, marker + "        raise RuntimeError('broken version')\n"))
+        method = "initialize(self, args)" if broken == "init_fails" else "execute(self, requests)"
+        (target / "model.py").write_text(
+            "from vision_serving.triton_models.core import TritonPythonModel as Served\n\n\n"
+            "class TritonPythonModel(Served):\n"
+            f"    def {method}:\n"
+            "        raise RuntimeError('broken version')\n"
+        )
     elif broken is not None:
         raise ValueError(broken)
     return target

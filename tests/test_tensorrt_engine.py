@@ -421,7 +421,7 @@ def run_plan(trt, plan: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.nda
 
 
 def onnxruntime_emulation(onnx_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The Q/DQ model on onnxruntime without fusion: Q -> DQ -> float ops, close to TensorRT's INT8 math (DESIGN.md §3)."""
+    """The Q/DQ model on onnxruntime without fusion: Q -> DQ -> float ops, close to TensorRT's INT8 math (docs/design.md §3)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

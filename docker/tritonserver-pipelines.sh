@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The server image's entrypoint (installed as /usr/local/bin/tritonserver-pipelines):
+# tritonserver with one --model-repository per PIPELINE, i.e. per folder of the
+# model repository root that holds a pipeline.toml (vision_serving/layout.py), so
+# a pipeline added with `python -m builders new-pipeline` is served without
+# editing this image, docker/compose.yaml or k8s/.
+#
+#   tritonserver-pipelines [--pipelines-root=DIR] [tritonserver flags...]
+#
+# --pipelines-root (default: $PIPELINES_ROOT, else /models) is this script's own
+# flag and is not passed on; every other argument goes to tritonserver unchanged,
+# after the --model-repository flags. A root without any pipeline is an error
+# (one line on stderr, exit 2): Triton would otherwise start serving nothing.
+set -euo pipefail
+
+me="tritonserver-pipelines"
+root="${PIPELINES_ROOT:-/models}"
+passed=()
+for argument in "$@"; do
+    case "$argument" in
+        --pipelines-root=*)
+            root="${argument#--pipelines-root=}"
+            ;;
+        --model-repository | --model-repository=* | --model-store | --model-store=*)
+            echo "$me: error: do not pass $argument: every pipeline under --pipelines-root=$root is added (one --model-repository each)" >&2
+            exit 2
+            ;;
+        *)
+            passed+=("$argument")
+            ;;
+    esac
+done
+
+if [[ ! -d "$root" ]]; then
+    echo "$me: error: model repository root $root does not exist (mount the model repository there or pass --pipelines-root=DIR)" >&2
+    exit 2
+fi
+
+repositories=()
+names=()
+shopt -s nullglob
+for recipe in "${root%/}"/*/pipeline.toml; do
+    [[ -f "$recipe" ]] || continue
+    repositories+=("--model-repository=${recipe%/pipeline.toml}")
+    pipeline_dir="${recipe%/pipeline.toml}"
+    names+=("${pipeline_dir##*/}")
+done
+shopt -u nullglob
+
+if ((${#repositories[@]} == 0)); then
+    echo "$me: error: no pipeline in $root (no $root/<pipeline>/pipeline.toml): copy the built model repository there first" >&2
+    exit 2
+fi
+
+echo "$me: serving ${#names[@]} pipeline(s) from $root: ${names[*]}" >&2
+exec tritonserver "${repositories[@]}" ${passed[@]+"${passed[@]}"}
