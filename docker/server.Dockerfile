@@ -8,7 +8,7 @@
 # Triton model repository of its own; the entrypoint, tritonserver-pipelines
 # (docker/tritonserver-pipelines.sh), passes one --model-repository per pipeline
 # it finds there, so no pipeline is named here. Nothing is installed at start. TRITON_RELEASE comes from versions.env
-# (the default below is asserted equal to it by tests/test_deployment.py).
+# (the default below is asserted equal to it by tests/integration/test_deployment.py).
 ARG TRITON_RELEASE=26.11
 FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3
 

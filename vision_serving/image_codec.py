@@ -10,7 +10,7 @@ map it to Triton's ``INVALID_ARG``. Nothing else escapes ``decode_rgb``: an
 unexpected exception inside a Triton ``execute()`` would fail every request of
 the dynamic batch, not just the bad one.
 
-Known limits of what is checked (libjpeg's, measured in tests/test_fuzz.py):
+Known limits of what is checked (libjpeg's, measured in tests/integration/test_fuzz.py):
 libjpeg treats corrupt entropy-coded data as a warning and returns a partly
 grey image, so a JPEG with a valid header and damaged data is classified, not
 rejected; its cost is bounded by ``max_pixels`` and ``max_jpeg_scans``.
@@ -67,7 +67,7 @@ _JPEG_MAX_SEGMENTS = 1000
 DEFAULT_MAX_JPEG_SCANS = 64
 # OpenCV's remap/warpAffine (the resize-and-crop step) asserts that both sides
 # are below SHRT_MAX; a 65344x383 image (25 MP, under the pixel limit, found by
-# tests/test_fuzz.py) raised cv2.error inside execute() and failed its whole
+# tests/integration/test_fuzz.py) raised cv2.error inside execute() and failed its whole
 # dynamic batch with INTERNAL. Reject such sides here, clearly.
 DEFAULT_MAX_SIDE = 32766
 _PNG_IEND = b"IEND"

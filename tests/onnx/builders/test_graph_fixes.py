@@ -20,7 +20,7 @@ from builders import (
     graph_passes,
     trt_compat,
 )
-from tests.onnx_graphs import const, model, op_types, rng_array, run, value
+from tests.support.onnx_graphs import const, model, op_types, rng_array, run, value
 from vision_serving import layout
 
 CLASSIFIER = layout.pipeline("image_classifier")

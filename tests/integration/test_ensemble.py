@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from vision_serving import classification, layout, model_config, preprocessing
+from vision_serving import classification, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 from vision_serving.onnx_core import OnnxCore
 
@@ -104,7 +104,7 @@ def bad_payload(kind: str, photo_bytes) -> bytes:
     if kind == "truncated_png":
         return photo_bytes["chelsea"][:20000]
     if kind == "bomb":
-        from tests.test_image_codec import png_with_declared_size
+        from tests.support.images import png_with_declared_size
 
         return png_with_declared_size(100_000, 100_000)
     return BAD_PAYLOADS[kind][0]

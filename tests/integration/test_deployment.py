@@ -426,6 +426,9 @@ def test_pod_security_resources_and_shm(pod_spec, triton):
     assert all(m.get("readOnly") for m in triton["volumeMounts"] if m["mountPath"] == "/models")
     build = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")
     script = " ".join(build["args"])
+    assert "python -m builders build-engine --model-repository /models --cache-dir /store/plans" in script
+    assert "python -m builders verify-plan --model-repository /models --deserialize" in script
+    assert "--pipeline" not in script and "--onnx" not in script
     assert [c["name"] for c in pod_spec["initContainers"]] == ["build-plan", "verify-plan"]
     verify = next(c for c in pod_spec["initContainers"] if c["name"] == "verify-plan")
     assert verify["command"] == ["python3", "-m", "builders.tensorrt_engine", "verify-plan", "--model-repository", "/models"]

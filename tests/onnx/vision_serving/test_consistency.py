@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipelines import built_classifier
+from tests.support.pipelines import built_classifier
 from vision_serving import consistency, layout
 
 CLASSIFIER = layout.pipeline("image_classifier")

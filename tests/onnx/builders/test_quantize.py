@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -13,15 +12,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builders import calibration, cli, recipe
 from builders import quantize as q
-from tests.pipelines import built_classifier
+from tests.support.pipelines import REDUCED_GATE, TEST_SAMPLES, built_classifier, int8_test_repository
 from vision_serving import layout
 
 CLASSIFIER = layout.pipeline("image_classifier")
 SEGMENTER = layout.pipeline("person_segmenter")
 # A reduced calibration keeps CI time sane; the default (512 samples) runs in the slow test.
-TEST_SAMPLES = 96
 # A model repository holding a copy of the image_classifier pipeline with that INT8 model.
-TEST_ROOT = layout.BUILD_DIR / "test-int8" / "model_repository"
 
 
 # --------------------------------------------------------------------------- Q/DQ checker on small graphs
@@ -320,26 +317,6 @@ def test_exclusions_resolve_to_node_names(fp32_model):
 # --------------------------------------------------------------------------- the real chain
 
 
-def int8_test_repository(source_repository: Path = layout.MODEL_REPOSITORY) -> layout.Pipeline:
-    """A copy of the image_classifier pipeline of ``source_repository`` (a model repository holding
-    pipelines) in TEST_ROOT, whose core has an INT8 model quantized with the recipe's options and
-    TEST_SAMPLES (idempotent). ``.repository`` is what the builders take; its parent is a model
-    repository to serve."""
-    from builders import export
-
-    source = layout.pipeline(CLASSIFIER.name, source_repository)
-    export.export(source.repository, log=lambda _: None)
-    shutil.copytree(
-        source.repository,
-        TEST_ROOT / source.name,
-        dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("__pycache__", q.INT8_FILENAME, q.INT8_FILENAME + ".json", "*.plan*", layout.SERVED_PRECISION),
-    )
-    copy = layout.pipeline(source.name, TEST_ROOT)
-    q.quantize(copy.repository, q.recipe_options(copy.repository, samples=TEST_SAMPLES), log=lambda _: None)
-    return copy
-
-
 @pytest.fixture(scope="module")
 def int8_repository():
     return int8_test_repository().repository
@@ -374,10 +351,6 @@ def test_quantize_is_idempotent(int8_repository):
     assert result.status == "up to date" and messages == [f"up to date ({q.INT8_FILENAME})"]
 
 
-# 96 calibration samples measured 95.9 % top-1 agreement on the default 539 images (512 samples: 96.1 %),
-# but 94.5-96 % on the 55-99 images these tests use: a margin for small sets. The default gate (0.95 on
-# 539 images) is the slow test's. Cosine 0.995 still fails a model without the default exclusions (0.974).
-REDUCED_GATE = {"top1_agreement": 0.92, "top5_overlap": 0.92, "cosine": 0.995}
 
 
 def test_gate_passes_on_the_reduced_calibration(int8_repository, tmp_path):

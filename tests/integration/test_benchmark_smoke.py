@@ -30,7 +30,7 @@ def results(triton_server, tmp_path_factory):
         naive_tuned_concurrencies=[2],
         pa_concurrencies=[2],
         pa_measurement_ms=1000,
-        command="pytest tests/test_benchmark_smoke.py",
+        command="pytest tests/integration/test_benchmark_smoke.py",
     )
     return run.run_benchmark(options, triton_server, output_dir=tmp_path_factory.mktemp("bench"))
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import io
-import struct
-import zlib
 
 import cv2
 import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.images import png_with_declared_size
 from vision_serving.image_codec import (
     ImageError,
     ImageLimits,
@@ -26,15 +25,6 @@ def encode(array: np.ndarray, fmt: str, **save_args) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(array).save(buffer, fmt, **save_args)
     return buffer.getvalue()
-
-
-def png_with_declared_size(width: int, height: int) -> bytes:
-    """A tiny PNG whose IHDR declares width x height (a decompression bomb's header)."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b"")
 
 
 @pytest.fixture(scope="module")

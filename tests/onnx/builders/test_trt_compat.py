@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from builders import batch_profile, cli, trt_compat
-from tests.onnx_graphs import const, model, rng_array, value
+from tests.support.onnx_graphs import const, model, rng_array, value
 from vision_serving import layout
 
 CLASSIFIER = layout.pipeline("image_classifier")

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.pipelines import built_classifier
+from tests.support.pipelines import built_classifier
 from vision_serving import layout, model_config
 from vision_serving.onnx_core import OnnxCore
 

@@ -10,8 +10,7 @@ import pytest
 from builders import calibration, cli, evaluate
 from builders import quantize as q
 from devtools.loadgen import free_port
-from tests.pipelines import built_classifier
-from tests.test_quantize import REDUCED_GATE, int8_test_repository
+from tests.support.pipelines import REDUCED_GATE, built_classifier, int8_test_repository
 from vision_serving import classification, layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 from vision_serving.onnx_core import OnnxCore
