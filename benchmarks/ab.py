@@ -60,7 +60,7 @@ def apply_edit(repository: Path, edit: str) -> None:
     elif key == "max_batch":
         config.max_batch_size = int(value)
     elif key.startswith("param."):
-        config.parameters[key[len("param."):]].string_value = value
+        config.parameters[key[len("param.") :]].string_value = value
     else:
         raise SystemExit(f"unknown key {key!r} in {edit!r}")
     path.write_text(text_format.MessageToString(config))
@@ -98,8 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, spec in variants.items():
             repository = prepare(name, spec)
             server = LocalTritonServer(
-                http_port=systems.free_port(), grpc_port=systems.free_port(), metrics_port=systems.free_port(),
-                model_repository=repository, log_file=AB_DIR / f"{name}.log",
+                http_port=systems.free_port(),
+                grpc_port=systems.free_port(),
+                metrics_port=systems.free_port(),
+                model_repository=repository,
+                log_file=AB_DIR / f"{name}.log",
             )
             AB_DIR.mkdir(parents=True, exist_ok=True)
             server.start()
@@ -123,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
                         window.end()
 
                     row = loadgen.closed_loop(
-                        systems.ensemble_sender(args.protocol, url, payloads, 5), concurrency, args.warmup, args.window,
-                        on_window_start=window_start, on_window_end=window_end,
+                        systems.ensemble_sender(args.protocol, url, payloads, 5),
+                        concurrency,
+                        args.warmup,
+                        args.window,
+                        on_window_start=window_start,
+                        on_window_end=window_end,
                     )
                     row.add_cpu(usage.server_s, usage.client_s)
                     core = window.result.get(systems.CORE, {})
@@ -134,9 +141,12 @@ def main(argv: list[str] | None = None) -> int:
                         f"p50 {row.p50_ms or 0:7.1f}  p99 {row.p99_ms or 0:7.1f} ms  errors {row.errors}  "
                         f"core batch {core.get('avg_batch')}  core queue {core.get('queue_ms')} ms  "
                         f"server CPU {row.server_cpu_ms_per_request} ms/req ({row.server_cpus_used} CPUs)",
-                        file=sys.stderr, flush=True,
+                        file=sys.stderr,
+                        flush=True,
                     )
-    print("\n| variant | c | median req/s | rounds req/s | median p99 ms | core batch | server CPU ms/req | errors |\n|---|---:|---:|---|---:|---:|---:|---:|")
+    print(
+        "\n| variant | c | median req/s | rounds req/s | median p99 ms | core batch | server CPU ms/req | errors |\n|---|---:|---:|---|---:|---:|---:|---:|"
+    )
     summary: dict[str, dict[int, dict]] = {}
     for name in variants:
         for concurrency in levels:
@@ -147,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
             cpu_ms = statistics.median(r["server_cpu_ms_per_request"] or 0 for r in rows)
             errors = sum(r["errors"] for r in rows)
             summary.setdefault(name, {})[concurrency] = {
-                "throughput": throughput, "p99_ms": p99, "core_batch": batch, "server_cpu_ms": cpu_ms, "errors": errors,
+                "throughput": throughput,
+                "p99_ms": p99,
+                "core_batch": batch,
+                "server_cpu_ms": cpu_ms,
+                "errors": errors,
             }
             rounds = " / ".join(f"{r['throughput']:.1f}" for r in rows)
             print(f"| {name} | {concurrency} | {throughput:.1f} | {rounds} | {p99:.0f} | {batch:.2f} | {cpu_ms:.1f} | {errors} |")

@@ -87,7 +87,7 @@ def closed_loop(
     def worker(index: int) -> None:
         try:
             send = make_sender(index)
-        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+        except BaseException as error:
             setup_errors.append(error)
             ready.abort()
             return
@@ -100,7 +100,7 @@ def closed_loop(
             start = time.perf_counter()
             try:
                 send(request)
-            except Exception as error:  # noqa: BLE001 - every failure is counted
+            except Exception as error:
                 failures.append(f"{type(error).__name__}: {error}"[:300])
             else:
                 done.append((start, time.perf_counter()))

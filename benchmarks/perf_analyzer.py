@@ -55,10 +55,7 @@ def library_dir() -> Path:
 
 
 def write_input_data(payloads: list[bytes], path: Path, input_name: str = "IMAGE") -> Path:
-    entries = [
-        {input_name: {"b64": base64.b64encode(struct.pack("<I", len(data)) + data).decode("ascii")}}
-        for data in payloads
-    ]
+    entries = [{input_name: {"b64": base64.b64encode(struct.pack("<I", len(data)) + data).decode("ascii")}} for data in payloads]
     path.write_text(json.dumps({"data": entries}))
     return path
 
@@ -93,16 +90,26 @@ def measure(
     csv_path = work_dir / f"perf_analyzer_c{concurrency}.csv"
     command = [
         str(executable),
-        "-m", model,
-        "-u", url,
-        "-i", "grpc",
-        "--input-data", str(input_data),
-        "--shape", f"{input_name}:1",
-        "--concurrency-range", f"{concurrency}:{concurrency}",
-        "--measurement-interval", str(measurement_ms),
-        "--max-trials", str(max_trials),
-        "--stability-percentage", str(stability_percentage),
-        "-f", str(csv_path),
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        "grpc",
+        "--input-data",
+        str(input_data),
+        "--shape",
+        f"{input_name}:1",
+        "--concurrency-range",
+        f"{concurrency}:{concurrency}",
+        "--measurement-interval",
+        str(measurement_ms),
+        "--max-trials",
+        str(max_trials),
+        "--stability-percentage",
+        str(stability_percentage),
+        "-f",
+        str(csv_path),
     ]
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(library_dir()), env.get("LD_LIBRARY_PATH")]))
@@ -119,7 +126,13 @@ def measure(
     if not rows:
         return {**result, "error": "empty CSV"}
     row = rows[0]
-    microseconds = {"p50_ms": "p50 latency", "p90_ms": "p90 latency", "p95_ms": "p95 latency", "p99_ms": "p99 latency", "mean_ms": "Avg latency"}
+    microseconds = {
+        "p50_ms": "p50 latency",
+        "p90_ms": "p90 latency",
+        "p95_ms": "p95 latency",
+        "p99_ms": "p99 latency",
+        "mean_ms": "Avg latency",
+    }
     server = {
         "server_queue_ms": "Server Queue",
         "server_compute_ms": "Server Compute Infer",

@@ -29,7 +29,12 @@ def model_config_summary(repository: Path) -> dict:
     ``repository`` is the model repository holding the classifier pipeline."""
     summary = {}
     served = layout.Pipeline.at(Path(repository) / CLASSIFIER.name)
-    folders = [(served.model_dir("preprocess"), None), (served.core_dir, "cpu"), (served.model_dir("postprocess"), None), (served.ensemble_dir, None)]
+    folders = [
+        (served.model_dir("preprocess"), None),
+        (served.core_dir, "cpu"),
+        (served.model_dir("postprocess"), None),
+        (served.ensemble_dir, None),
+    ]
     for folder, variant in folders:
         name = folder.name
         try:
@@ -96,6 +101,7 @@ def targets(results: dict) -> dict:
             "detail": f"{ensemble_c['throughput']:.1f} vs {tuned_c['throughput']:.1f} req/s",
             "met": None,
         }
+
     # CPU cost per image: steadier than throughput on a shared machine (see benchmarks/cpu.py).
     def cpu_per_request(row: dict | None) -> float | None:
         if not row or row.get("server_cpu_ms_per_request") is None:
@@ -163,10 +169,19 @@ def results_table(results: dict) -> str:
             if row.get("error"):
                 rows.append([LABELS[system], row["concurrency"], None, None, None, None, f"failed: {row['error']}", None, None])
                 continue
-            rows.append([
-                LABELS[system], row["concurrency"], row["throughput"], row.get("p50_ms"), row.get("p95_ms"),
-                row.get("p99_ms"), row.get("errors", 0), row.get("server_cpu_ms_per_request"), row.get("client_cpu_ms_per_request"),
-            ])
+            rows.append(
+                [
+                    LABELS[system],
+                    row["concurrency"],
+                    row["throughput"],
+                    row.get("p50_ms"),
+                    row.get("p95_ms"),
+                    row.get("p99_ms"),
+                    row.get("errors", 0),
+                    row.get("server_cpu_ms_per_request"),
+                    row.get("client_cpu_ms_per_request"),
+                ]
+            )
     return _table(
         ["system", "concurrency", "throughput (req/s)", "p50 ms", "p95 ms", "p99 ms", "errors", "server CPU ms/req", "client CPU ms/req"],
         rows,
@@ -195,10 +210,18 @@ def cross_check_table(results: dict) -> str:
         if theirs.get("error") or ours is None:
             rows.append([theirs["concurrency"], ours and ours["throughput"], None, None, None, None, None, theirs.get("error", "")])
             continue
-        rows.append([
-            theirs["concurrency"], ours["throughput"], theirs["throughput"], ours["throughput"] / theirs["throughput"],
-            ours["p50_ms"], theirs.get("p50_ms"), ours["p99_ms"], theirs.get("p99_ms"),
-        ])
+        rows.append(
+            [
+                theirs["concurrency"],
+                ours["throughput"],
+                theirs["throughput"],
+                ours["throughput"] / theirs["throughput"],
+                ours["p50_ms"],
+                theirs.get("p50_ms"),
+                ours["p99_ms"],
+                theirs.get("p99_ms"),
+            ]
+        )
     return _table(
         ["c", "ours req/s", "perf_analyzer infer/s", "ours / theirs", "ours p50 ms", "theirs p50 ms", "ours p99 ms", "theirs p99 ms"],
         rows,
@@ -212,7 +235,15 @@ def inprocess_table(results: dict) -> str:
     ]
     end = results.get("inprocess_end")
     if end:
-        rows.append([f"{end['mode']} (again, at the end)", end["batch_size"], end["throughput"], end.get("batch_ms_p50"), end.get("cpu_ms_per_image")])
+        rows.append(
+            [
+                f"{end['mode']} (again, at the end)",
+                end["batch_size"],
+                end["throughput"],
+                end.get("batch_ms_p50"),
+                end.get("cpu_ms_per_image"),
+            ]
+        )
     return _table(["mode", "batch size", "throughput (img/s)", "batch p50 ms", "CPU ms/img"], rows)
 
 
@@ -221,7 +252,9 @@ def markdown(results: dict) -> str:
     images = results["images"]
     out = ["# Benchmark: image_classifier ensemble vs the in-process limit and a naive service\n"]
     out.append(f"Command: `{results['command']}`  \n")
-    out.append(f"Run: {results['started_at']}, {results['elapsed_s']:.0f} s{' (quick mode: smoke numbers only)' if results.get('quick') else ''}.\n")
+    out.append(
+        f"Run: {results['started_at']}, {results['elapsed_s']:.0f} s{' (quick mode: smoke numbers only)' if results.get('quick') else ''}.\n"
+    )
     out.append(
         f"\nMachine: {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['logical_cpus']} logical CPUs, "
         f"{machine['memory_gib']} GiB, Linux {machine['kernel']}, Python {machine['python']}; "
@@ -308,7 +341,9 @@ def plot(results: dict, path: Path) -> Path | None:
             right.plot(
                 [row["concurrency"] for row in cpu_rows],
                 [row["server_cpu_ms_per_request"] + (row.get("client_cpu_ms_per_request") or 0) for row in cpu_rows],
-                style, marker="o", label=label,
+                style,
+                marker="o",
+                label=label,
             )
         else:  # keep the colours of the three panels in step
             right.plot([], [])
@@ -340,5 +375,7 @@ def plot(results: dict, path: Path) -> Path | None:
 def summary(results: dict) -> str:
     lines = [results_table(results), "Targets:"]
     for target in results["targets"].values():
-        lines.append(f"  [{ {True: 'met', False: 'MISSED', None: 'info'}[target['met']] }] {target['description']}: {_fmt_value(target['value'])} {target.get('detail', '')}")
+        lines.append(
+            f"  [{ {True: 'met', False: 'MISSED', None: 'info'}[target['met']] }] {target['description']}: {_fmt_value(target['value'])} {target.get('detail', '')}"
+        )
     return "\n".join(lines)

@@ -190,7 +190,8 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None) -> d
         "ensemble_grpc": options.concurrencies if "ensemble_grpc" in options.systems else [],
         "naive": options.concurrencies if "naive" in options.systems and not naive_reason else [],
         "naive_tuned": _levels(options.naive_tuned_concurrencies, options.concurrencies)
-        if "naive_tuned" in options.systems and not naive_reason else [],
+        if "naive_tuned" in options.systems and not naive_reason
+        else [],
         "ensemble_http": _levels(options.http_concurrencies, options.concurrencies) if "ensemble_http" in options.systems else [],
         "core_grpc": _levels(options.core_concurrencies, options.concurrencies) if "core_grpc" in options.systems else [],
     }
@@ -228,8 +229,12 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None) -> d
                         window.end()
 
                 measured = loadgen.closed_loop(
-                    factories[name](), concurrency, options.warmup_s, options.duration_s,
-                    on_window_start=window_start, on_window_end=window_end,
+                    factories[name](),
+                    concurrency,
+                    options.warmup_s,
+                    options.duration_s,
+                    on_window_start=window_start,
+                    on_window_end=window_end,
                 )
                 if window:
                     measured.triton = window.result
@@ -255,7 +260,12 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None) -> d
             for concurrency in _levels(options.pa_concurrencies, options.concurrencies):
                 _log(f"perf_analyzer c={concurrency}")
                 row = pa.measure(
-                    server.grpc_url, systems.ENSEMBLE, data_file, concurrency, options.pa_measurement_ms, work_dir,
+                    server.grpc_url,
+                    systems.ENSEMBLE,
+                    data_file,
+                    concurrency,
+                    options.pa_measurement_ms,
+                    work_dir,
                     max_trials=options.pa_max_trials,
                 )
                 rows.append(row)
@@ -298,7 +308,8 @@ def parse_args(argv: list[str] | None) -> tuple[Options, argparse.Namespace]:
     parser.add_argument("--batch-sizes", type=_int_list, help="in-process batch sizes (default 1,8,16,32)")
     parser.add_argument("--systems", help=f"comma-separated subset of {','.join(ALL_SYSTEMS)}")
     parser.add_argument(
-        "--output", type=Path,
+        "--output",
+        type=Path,
         help=f"where results.{{json,md}} and plot.png go (default {RESULTS_DIR.relative_to(RESULTS_DIR.parent.parent)}; "
         f"--quick: {QUICK_DIR.relative_to(RESULTS_DIR.parent.parent)}, so a smoke run never replaces the committed results)",
     )
@@ -306,7 +317,8 @@ def parse_args(argv: list[str] | None) -> tuple[Options, argparse.Namespace]:
     parser.add_argument("--grpc-url", help="benchmark a running server (HOST:PORT) instead of starting one")
     parser.add_argument("--http-url", help="its HTTP endpoint (with --grpc-url)")
     parser.add_argument(
-        "--render-only", action="store_true",
+        "--render-only",
+        action="store_true",
         help="measure nothing: rewrite results.md and plot.png from the results.json in --output",
     )
     args = parser.parse_args(argv)

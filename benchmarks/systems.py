@@ -42,10 +42,15 @@ def ensemble_sender(protocol: str, url: str, payloads: list[bytes], top_k: int) 
     def factory(worker: int) -> Sender:
         if protocol == "grpc":
             client = grpcclient.InferenceServerClient(url)
-            call = lambda inputs: client.infer(ENSEMBLE, inputs, client_timeout=CLIENT_TIMEOUT_S)
+
+            def call(inputs):
+                return client.infer(ENSEMBLE, inputs, client_timeout=CLIENT_TIMEOUT_S)
         else:
             client = httpclient.InferenceServerClient(url, connection_timeout=CLIENT_TIMEOUT_S, network_timeout=CLIENT_TIMEOUT_S)
-            call = lambda inputs: client.infer(ENSEMBLE, inputs)
+
+            def call(inputs):
+                return client.infer(ENSEMBLE, inputs)
+
         # Inputs are built once per worker and reused: the client's own cost stays small.
         prepared = []
         for data in payloads:
@@ -146,9 +151,19 @@ class NaiveService:
             PYTHONPATH=str(REPOSITORY_ROOT),
         )
         command = [
-            sys.executable, "-m", "uvicorn", "benchmarks.naive_service:app",
-            "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-            "--log-level", "warning", "--no-access-log",
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "benchmarks.naive_service:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            "--log-level",
+            "warning",
+            "--no-access-log",
         ]
         self.log = open(self.log_file, "ab")  # noqa: SIM115 - open for the life of the service, closed in stop()
         self.process = subprocess.Popen(command, env=env, cwd=REPOSITORY_ROOT, stdout=self.log, stderr=subprocess.STDOUT)

@@ -51,7 +51,7 @@ def delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -
     """Window statistics per model from two snapshots."""
     report = {}
     for name, end in after.items():
-        start = before.get(name, {key: 0 for key in end})
+        start = before.get(name, dict.fromkeys(end, 0))
         d = {key: end[key] - start.get(key, 0) for key in end}
         requests = d["success_count"]
         executions = d["execution_count"]

@@ -8,7 +8,7 @@ literals, and record the hashes of their inputs beside what they write.
 """
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 Log = Callable[[str], None]
 

@@ -12,9 +12,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -52,10 +52,7 @@ def make_profile(
 ) -> BatchProfile:
     """min 1, opt ``opt_batch`` (default ``max_batch``), max ``max_batch``; per-input shapes from non-batch dims."""
     opt = max_batch if opt_batch is None else opt_batch
-    shapes = {
-        name: {"min": [1, *dims], "opt": [opt, *dims], "max": [max_batch, *dims]}
-        for name, dims in (input_dims or {}).items()
-    }
+    shapes = {name: {"min": [1, *dims], "opt": [opt, *dims], "max": [max_batch, *dims]} for name, dims in (input_dims or {}).items()}
     return BatchProfile(min=1, opt=opt, max=max_batch, batch_dim=batch_dim, inputs=shapes)
 
 

@@ -63,8 +63,5 @@ def run_all(pipelines: list[Pipeline], force: bool = False, log: Log = log_to_st
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    if args.pipeline:
-        chosen = [layout.pipeline(args.pipeline, args.model_repository)]
-    else:
-        chosen = layout.pipelines(args.model_repository)
+    chosen = [layout.pipeline(args.pipeline, args.model_repository)] if args.pipeline else layout.pipelines(args.model_repository)
     return run_all(chosen, force=args.force)

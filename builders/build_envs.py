@@ -124,7 +124,5 @@ def run_in_env(
     except subprocess.TimeoutExpired as error:
         raise BuildError(f"{name}: {' '.join(args[:3])} ran past {timeout}s") from error
     if result.returncode != 0:
-        raise BuildError(
-            f"{name}: {' '.join(args[:3])} exited {result.returncode}: {_tail(result.stderr or result.stdout)}"
-        )
+        raise BuildError(f"{name}: {' '.join(args[:3])} exited {result.returncode}: {_tail(result.stderr or result.stdout)}")
     return result

@@ -35,8 +35,8 @@ import cv2
 import numpy as np
 
 from builders import BuildError, photos
-from vision_serving.layout import Pipeline
 from vision_serving import image_codec, model_config, preprocessing
+from vision_serving.layout import Pipeline
 
 # Bump when the augmentation code changes what it produces (part of the recipe hash).
 AUGMENTATION_VERSION = 1
@@ -373,4 +373,3 @@ def recipe(sources: Sequence[Source], count: int, seed: int, profile: AugmentPro
         "augmentation_version": AUGMENTATION_VERSION,
         "preprocess_spec": asdict(spec),
     }
-

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from builders import BuildError
 from vision_serving import layout
@@ -71,7 +71,7 @@ def _run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_export(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "export",
         parents=[common],
@@ -119,7 +119,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_build_engine(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_build_engine(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     from builders.tensorrt_engine import DEFAULT_WORKSPACE_MIB, PLAN_FILENAME, QDQ_ONNX_FILENAME
 
     parser = subparsers.add_parser(
@@ -134,11 +134,17 @@ def _add_build_engine(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
             "(the builder image docker/builder.Dockerfile) and a GPU."
         ),
     )
-    parser.add_argument("--onnx", type=Path, metavar="PATH", help=f"the Q/DQ ONNX (default: the precision the ladder chose, served_precision.json)")
+    parser.add_argument(
+        "--onnx", type=Path, metavar="PATH", help="the Q/DQ ONNX (default: the precision the ladder chose, served_precision.json)"
+    )
     parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write the plan (default: <pipeline>_core/1/{PLAN_FILENAME})")
     parser.add_argument("--opt-batch", type=_positive_int, metavar="N", help="the profile's optimal batch (default: max_batch_size)")
     parser.add_argument(
-        "--workspace-mib", type=_positive_int, default=DEFAULT_WORKSPACE_MIB, metavar="MIB", help="workspace memory-pool limit (default: %(default)s)"
+        "--workspace-mib",
+        type=_positive_int,
+        default=DEFAULT_WORKSPACE_MIB,
+        metavar="MIB",
+        help="workspace memory-pool limit (default: %(default)s)",
     )
     parser.add_argument("--timing-cache", type=Path, metavar="PATH", help="timing cache file, loaded if present and saved after")
     parser.add_argument(
@@ -155,11 +161,13 @@ def _run_verify_plan(args: argparse.Namespace) -> int:
     from builders import tensorrt_engine as te
 
     for repository in _chosen_repositories(args):
-        te.verify_plan(args.plan or te.default_plan(repository), repository, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version)
+        te.verify_plan(
+            args.plan or te.default_plan(repository), repository, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version
+        )
     return 0
 
 
-def _add_verify_plan(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_verify_plan(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "verify-plan",
         parents=[common],
@@ -171,14 +179,16 @@ def _add_verify_plan(subparsers: "argparse._SubParsersAction[argparse.ArgumentPa
         ),
     )
     parser.add_argument("--plan", type=Path, metavar="PATH", help="the plan (default: <pipeline>_core/1/model.plan)")
-    parser.add_argument("--deserialize", action="store_true", help="also load it with trt.Runtime and compare its I/O with <pipeline>_core/config.pbtxt")
+    parser.add_argument(
+        "--deserialize", action="store_true", help="also load it with trt.Runtime and compare its I/O with <pipeline>_core/config.pbtxt"
+    )
     parser.add_argument(
         "--tensorrt-version", metavar="X.Y.Z", help="the serving TensorRT version (default: the tensorrt module, else libnvinfer.so.X.Y.Z)"
     )
     parser.set_defaults(run=_run_verify_plan)
 
 
-def _add_quantize(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_quantize(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     from builders import quantize
 
     parser = subparsers.add_parser(
@@ -196,7 +206,7 @@ def _add_quantize(subparsers: "argparse._SubParsersAction[argparse.ArgumentParse
     parser.set_defaults(run=quantize.run_from_args)
 
 
-def _add_evaluate(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_evaluate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     from builders import evaluate
 
     parser = subparsers.add_parser(
@@ -213,7 +223,7 @@ def _add_evaluate(subparsers: "argparse._SubParsersAction[argparse.ArgumentParse
     parser.set_defaults(run=evaluate.run_from_args)
 
 
-def _add_select_precision(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_select_precision(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     from builders import precision
 
     parser = subparsers.add_parser(
@@ -231,7 +241,7 @@ def _add_select_precision(subparsers: "argparse._SubParsersAction[argparse.Argum
     parser.set_defaults(run=precision.run_from_args)
 
 
-def _add_new_pipeline(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_new_pipeline(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     def run(args: argparse.Namespace) -> int:
         from builders import scaffold
 
@@ -255,7 +265,7 @@ def _run_all(args: argparse.Namespace) -> int:
     return build_all.run_from_args(args)
 
 
-def _add_all(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_all(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "all",
         parents=[common],
@@ -284,7 +294,7 @@ def _run_check(args: argparse.Namespace) -> int:
     return 1 if report.blocking else 0
 
 
-def _add_check(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_check(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "check",
         parents=[common],
@@ -296,7 +306,9 @@ def _add_check(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
             "a build), a code, the node and the fix pass that repairs it. Exit 1 when there is an error."
         ),
     )
-    parser.add_argument("model", type=Path, nargs="?", metavar="MODEL.onnx", help="the ONNX model to check (default: <pipeline>_core/1/model.onnx)")
+    parser.add_argument(
+        "model", type=Path, nargs="?", metavar="MODEL.onnx", help="the ONNX model to check (default: <pipeline>_core/1/model.onnx)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--max-batch", type=_positive_int, metavar="N", help="the max batch it will be built for (default: the range fix recorded)"
@@ -316,7 +328,7 @@ def _run_fix(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_fix(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", common: argparse.ArgumentParser) -> None:
+def _add_fix(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "fix",
         parents=[common],
@@ -343,7 +355,16 @@ def _add_fix(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", 
 
 
 STEPS: tuple[StepAdder, ...] = (
-    _add_export, _add_check, _add_fix, _add_quantize, _add_evaluate, _add_select_precision, _add_build_engine, _add_verify_plan, _add_all, _add_new_pipeline,
+    _add_export,
+    _add_check,
+    _add_fix,
+    _add_quantize,
+    _add_evaluate,
+    _add_select_precision,
+    _add_build_engine,
+    _add_verify_plan,
+    _add_all,
+    _add_new_pipeline,
 )
 
 

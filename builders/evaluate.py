@@ -28,7 +28,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,8 @@ from builders import BuildError, CheckFailed, Log, calibration, stderr_logger
 from builders.artifacts import atomic_write_bytes, sha256_file
 from builders.export_onnx import PROJECT_ROOT
 from builders.quantize import fp32_path, int8_path
-from vision_serving.layout import Pipeline
 from vision_serving import model_config
+from vision_serving.layout import Pipeline
 
 REPORTS_DIR = PROJECT_ROOT / ".build" / "reports"
 ENSEMBLE = "image_classifier"
@@ -77,7 +77,9 @@ class EvaluationSet:
         return self.raw + self.augmented
 
 
-def evaluation_set(repository: Path, augmented_per_photo: int = DEFAULT_AUGMENTED_PER_PHOTO, seed: int = calibration.EVALUATION_SEED) -> EvaluationSet:
+def evaluation_set(
+    repository: Path, augmented_per_photo: int = DEFAULT_AUGMENTED_PER_PHOTO, seed: int = calibration.EVALUATION_SEED
+) -> EvaluationSet:
     """The held-out photos as shipped, and ``augmented_per_photo`` augmentations of each."""
     _, limits = calibration.served_preprocessing(repository)
     sources = calibration.evaluation_sources(repository)
@@ -142,7 +144,9 @@ def gate(metrics: dict[str, float], thresholds: Thresholds, with_cosine: bool = 
     }
     if with_cosine:
         checks["cosine_mean"] = (metrics["cosine_mean"], thresholds.cosine)
-    results = {name: {"value": round(value, 6), "min": minimum, "pass": bool(value >= minimum)} for name, (value, minimum) in checks.items()}
+    results = {
+        name: {"value": round(value, 6), "min": minimum, "pass": bool(value >= minimum)} for name, (value, minimum) in checks.items()
+    }
     return {"checks": results, "pass": all(r["pass"] for r in results.values())}
 
 
@@ -186,7 +190,9 @@ def _write_reports(report: dict[str, Any], stem: str, markdown: str, reports_dir
 
 
 def _metric_rows(sets: dict[str, dict[str, float]], with_cosine: bool) -> list[str]:
-    header = "| set | images | top-1 agreement | top-5 overlap | top-1 in FP32 top-5 |" + (" cosine mean | cosine min |" if with_cosine else "")
+    header = "| set | images | top-1 agreement | top-5 overlap | top-1 in FP32 top-5 |" + (
+        " cosine mean | cosine min |" if with_cosine else ""
+    )
     rows = [header, "|" + "---|" * (header.count("|") - 1)]
     for name, m in sets.items():
         row = f"| {name} | {m['count']} | {m['top1_agreement']:.4f} | {m['top5_overlap']:.4f} | {m['top1_in_reference_top5']:.4f} |"
@@ -298,8 +304,14 @@ def evaluate(
     # Disagreements are mostly where FP32 itself is unsure: report agreement by FP32 confidence.
     confident = reference_p.max(axis=1) >= 0.5
     by_confidence = {
-        "fp32_p>=0.5": {"count": int(confident.sum()), "top1_agreement": float(np.mean(reference_top[confident, 0] == candidate_top[confident, 0])) if confident.any() else None},
-        "fp32_p<0.5": {"count": int((~confident).sum()), "top1_agreement": float(np.mean(reference_top[~confident, 0] == candidate_top[~confident, 0])) if (~confident).any() else None},
+        "fp32_p>=0.5": {
+            "count": int(confident.sum()),
+            "top1_agreement": float(np.mean(reference_top[confident, 0] == candidate_top[confident, 0])) if confident.any() else None,
+        },
+        "fp32_p<0.5": {
+            "count": int((~confident).sum()),
+            "top1_agreement": float(np.mean(reference_top[~confident, 0] == candidate_top[~confident, 0])) if (~confident).any() else None,
+        },
     }
     result = gate(metrics["all"], thresholds, with_cosine)
     result["set"] = "all"
@@ -307,7 +319,7 @@ def evaluate(
         "step": "evaluate",
         "mode": "server" if server_url else "local",
         "server_url": server_url,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "fp32": {"file": fp32.name, "sha256": sha256_file(fp32), "runtime": "onnxruntime, graph optimizations all"},
         "int8": _quantizer_summary(int8) if int8.is_file() else {"file": int8.name},
         "evaluation_set": {
@@ -370,17 +382,35 @@ def served_top_k(server_url: str, images: Sequence[bytes], repository: Path) -> 
 def add_arguments(parser: Any) -> None:
     parser.add_argument("--int8", type=Path, metavar="PATH", help="INT8 Q/DQ ONNX (default: core/1/model_int8_qdq.onnx)")
     parser.add_argument("--fp32", type=Path, metavar="PATH", help="FP32 reference ONNX (default: core/1/model.onnx)")
-    parser.add_argument("--augmented-per-photo", type=int, default=DEFAULT_AUGMENTED_PER_PHOTO, metavar="N", help="augmentations of each held-out photo (default: %(default)s)")
+    parser.add_argument(
+        "--augmented-per-photo",
+        type=int,
+        default=DEFAULT_AUGMENTED_PER_PHOTO,
+        metavar="N",
+        help="augmentations of each held-out photo (default: %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=calibration.EVALUATION_SEED, help="augmentation seed (default: %(default)s)")
-    parser.add_argument("--min-top1", type=float, default=DEFAULT_MIN_TOP1, metavar="X", help="minimum top-1 agreement (default: %(default)s)")
-    parser.add_argument("--min-top5", type=float, default=DEFAULT_MIN_TOP5, metavar="X", help="minimum mean top-5 overlap (default: %(default)s)")
-    parser.add_argument("--min-cosine", type=float, default=DEFAULT_MIN_COSINE, metavar="X", help="minimum mean logit cosine similarity (default: %(default)s)")
+    parser.add_argument(
+        "--min-top1", type=float, default=DEFAULT_MIN_TOP1, metavar="X", help="minimum top-1 agreement (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--min-top5", type=float, default=DEFAULT_MIN_TOP5, metavar="X", help="minimum mean top-5 overlap (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--min-cosine",
+        type=float,
+        default=DEFAULT_MIN_COSINE,
+        metavar="X",
+        help="minimum mean logit cosine similarity (default: %(default)s)",
+    )
     parser.add_argument(
         "--server-url",
         metavar="HOST:PORT",
         help=f"measure a running server's {ENSEMBLE} (gRPC, e.g. localhost:8001) against the local FP32 reference",
     )
-    parser.add_argument("--reports-dir", type=Path, default=REPORTS_DIR, metavar="DIR", help="where the reports go (default: .build/reports)")
+    parser.add_argument(
+        "--reports-dir", type=Path, default=REPORTS_DIR, metavar="DIR", help="where the reports go (default: .build/reports)"
+    )
 
 
 def run_from_args(args: Any) -> int:

@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from builders import BuildError, CheckFailed, Log, recipe as recipes, stderr_logger
+from builders import BuildError, CheckFailed, Log, stderr_logger
+from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_bytes, sha256_file
 from vision_serving import layout, model_config
 from vision_serving.layout import Pipeline
@@ -66,9 +67,7 @@ def _record(recipe: recipes.Recipe, source_file: Path) -> dict[str, Any]:
         "preprocess_config_sha256": sha256_file(pipeline.model_dir("preprocess") / "config.pbtxt"),
         "code": {name: sha256_file(root / name) for name in CODE_FILES if (root / name).is_file()},
         "packages": package_versions(["onnx", "onnxruntime", "onnx-graphsurgeon", "numpy"]),
-        "converter_requirements": (
-            sha256_file(root / "requirements" / "tflite-convert.txt") if recipe.source.kind == "tflite" else None
-        ),
+        "converter_requirements": (sha256_file(root / "requirements" / "tflite-convert.txt") if recipe.source.kind == "tflite" else None),
     }
 
 
@@ -111,10 +110,10 @@ def _served_batch(pipeline: Pipeline, names: tuple[str, ...]) -> np.ndarray:
 
 def _verify_against_reference(unfixed: Any, fixed: Any, batch: np.ndarray, log: Log) -> float:
     """Max |Δ| between the fixed graph on onnxruntime and the unfixed graph with reference custom ops."""
+    import onnx
+
     from builders.passes import reference_ops
     from vision_serving.onnx_core import create_session
-
-    import onnx
 
     with _temporary_model(fixed) as fixed_path:
         session = create_session(fixed_path)
@@ -124,12 +123,18 @@ def _verify_against_reference(unfixed: Any, fixed: Any, batch: np.ndarray, log: 
             image = batch[index : index + 1]
             actual = session.run(None, {input_name: image})
             unfixed_input = unfixed.graph.input[0].name
-            expected = reference_ops.run_unfixed_with_reference(onnx.ModelProto.FromString(unfixed.SerializeToString()), {unfixed_input: image})
+            expected = reference_ops.run_unfixed_with_reference(
+                onnx.ModelProto.FromString(unfixed.SerializeToString()), {unfixed_input: image}
+            )
             for a, e in zip(actual, expected):
-                worst = max(worst, float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(e, dtype=np.float64).reshape(np.shape(a))).max()))
+                worst = max(
+                    worst, float(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(e, dtype=np.float64).reshape(np.shape(a))).max())
+                )
     log(f"fixed graph vs the unfixed graph with the reference custom op, {len(batch)} real photos: max |Δ| {worst:.1e}")
     if worst > REFERENCE_ATOL:
-        raise CheckFailed(f"the rewritten graph differs from the custom op's reference by {worst:.2e} > {REFERENCE_ATOL:g}; nothing written")
+        raise CheckFailed(
+            f"the rewritten graph differs from the custom op's reference by {worst:.2e} > {REFERENCE_ATOL:g}; nothing written"
+        )
     return worst
 
 
@@ -142,12 +147,10 @@ def _verify_batch(model: Any, batch: np.ndarray, log: Log) -> float:
         name = session.get_inputs()[0].name
         try:
             together = session.run(None, {name: batch})
-        except Exception as error:  # noqa: BLE001 - onnxruntime's own message says which node pins the batch
+        except Exception as error:
             raise CheckFailed(f"the model does not run at batch {len(batch)}: {str(error).splitlines()[0]}") from None
         alone = [session.run(None, {name: batch[i : i + 1]}) for i in range(len(batch))]
-    worst = max(
-        float(np.abs(together[k][i : i + 1] - alone[i][k]).max()) for i in range(len(batch)) for k in range(len(together))
-    )
+    worst = max(float(np.abs(together[k][i : i + 1] - alone[i][k]).max()) for i in range(len(batch)) for k in range(len(together)))
     log(f"batch of {len(batch)} vs one by one: max |Δ| {worst:.1e}")
     if worst > REFERENCE_ATOL:
         raise CheckFailed(f"batched outputs differ from single-image outputs by {worst:.2e}; the batch dim is not clean")
@@ -199,12 +202,14 @@ def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportRe
     options = fix_onnx.options_for_repository(pipeline.repository, None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
     result = fix_onnx.fix_model(unfixed, list(recipe.fix.passes), options, log)
     if recipe.source.kind == "tflite":
+        import onnx_graphsurgeon as gs
+
         from builders import tflite
         from builders.passes import convolution_2d_transpose_bias as transpose_pass
 
-        import onnx_graphsurgeon as gs
-
-        disagreements = transpose_pass.check_against_tflite(gs.import_onnx(onnx.shape_inference.infer_shapes(unfixed)), tflite.transpose_conv_params(source_file))
+        disagreements = transpose_pass.check_against_tflite(
+            gs.import_onnx(onnx.shape_inference.infer_shapes(unfixed)), tflite.transpose_conv_params(source_file)
+        )
         if disagreements:
             raise CheckFailed("the shapes and the TFLite custom options disagree: " + "; ".join(disagreements))
     from builders.passes import reference_ops
@@ -218,7 +223,7 @@ def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportRe
     provenance = {
         "step": "export",
         "pipeline": pipeline.name,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "input_hash": expected,
         "inputs": record,
         "onnx_sha256": sha256_bytes(data),

@@ -41,8 +41,8 @@ from builders import (
     stderr_logger,
 )
 from builders.artifacts import atomic_write_bytes, sha256_bytes
-from vision_serving.layout import Pipeline
 from vision_serving import model_config
+from vision_serving.layout import Pipeline
 from vision_serving.model_config import ModelConfig
 
 DEFAULT_PASSES: tuple[str, ...] = (
@@ -168,10 +168,7 @@ def parse_pass_list(text: str | None) -> list[str]:
 
 
 def _dims(value: onnx.ValueInfoProto) -> list[int | str | None]:
-    return [
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-        for d in value.type.tensor_type.shape.dim
-    ]
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in value.type.tensor_type.shape.dim]
 
 
 def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -194,10 +191,7 @@ def random_feeds(model: onnx.ModelProto, options: FixOptions, batch: int = VERIF
             elif options.input_dims is not None and index < len(options.input_dims) and len(options.input_dims[index]) == len(dims) - 1:
                 shape.append(options.input_dims[index][position - 1])
             else:
-                raise BuildError(
-                    f"cannot verify: input '{value.name}' dim {position} is dynamic and the core config "
-                    "gives no size for it"
-                )
+                raise BuildError(f"cannot verify: input '{value.name}' dim {position} is dynamic and the core config gives no size for it")
         dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
         if np.issubdtype(dtype, np.floating):
             feeds.append(rng.standard_normal(shape).astype(dtype))
@@ -222,7 +216,7 @@ def open_session(model: onnx.ModelProto) -> Any:
 def session_or_reason(model: onnx.ModelProto) -> tuple[Any, str]:
     try:
         return open_session(model), ""
-    except Exception as error:  # noqa: BLE001 - onnxruntime raises its own exception types
+    except Exception as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return None, first
 
@@ -288,7 +282,7 @@ def _export(graph: gs.Graph, source: onnx.ModelProto) -> onnx.ModelProto:
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001 - custom ops or inconsistent shapes: passes then see fewer shapes
+    except Exception:
         return model
 
 
@@ -313,13 +307,15 @@ def reference_outputs(model: onnx.ModelProto, feeds: Sequence[np.ndarray]) -> li
     implementation (builders/passes/reference_ops.py); None when it has other unknown ops."""
     from builders.passes import reference_ops
 
-    custom = {n.op_type for n in model.graph.node if n.domain not in graph_fixes.STANDARD_DOMAINS or n.op_type in reference_ops.CUSTOM_OP_TYPES}
+    custom = {
+        n.op_type for n in model.graph.node if n.domain not in graph_fixes.STANDARD_DOMAINS or n.op_type in reference_ops.CUSTOM_OP_TYPES
+    }
     if not custom or not custom <= set(reference_ops.CUSTOM_OP_TYPES):
         return None
     names = [value.name for value in graph_inputs(model)]
     try:
         return reference_ops.run_unfixed_with_reference(model, dict(zip(names, feeds)))
-    except Exception:  # noqa: BLE001 - no reference run: the pass stays unverified, as before
+    except Exception:
         return None
 
 
@@ -378,8 +374,7 @@ def fix_model(
             diff, problem = max_abs_difference(expected, actual, options.atol, options.rtol)
             if problem:
                 raise FixVerificationError(
-                    f"{name} changed the model's outputs ({problem}; tolerance {options.atol:g} + {options.rtol:g}·|x|); "
-                    "nothing written"
+                    f"{name} changed the model's outputs ({problem}; tolerance {options.atol:g} + {options.rtol:g}·|x|); nothing written"
                 )
         results.append(PassResult(name, rewrites, nodes_before, len(after.graph.node), diff, note))
         log(
@@ -443,7 +438,7 @@ def load_model(path: Path) -> onnx.ModelProto:
         raise BuildError(f"{path}: no such file")
     try:
         return onnx.load(str(path))
-    except Exception as error:  # noqa: BLE001 - protobuf DecodeError and friends
+    except Exception as error:
         raise BuildError(f"{path}: not an ONNX model ({type(error).__name__})") from None
 
 

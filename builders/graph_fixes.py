@@ -27,7 +27,6 @@ import onnx_graphsurgeon as gs
 
 from builders.passes import convolution_2d_transpose_bias as transpose_conv_pass
 
-
 STANDARD_DOMAINS = ("", "ai.onnx")
 BATCH_DIM = "batch"
 
@@ -418,7 +417,7 @@ def pinned_batch_target(node: gs.Node, input_shape: Sequence[object] | None) -> 
         return None
     # Only the batch is dynamic (the config makes every other dim static), so a dim 0 that is
     # not a static integer ("batch", or "unk__N" where inference lost the name) is the batch.
-    if not input_shape or isinstance(input_shape[0], (int, np.integer)) and int(input_shape[0]) > 0:
+    if not input_shape or (isinstance(input_shape[0], (int, np.integer)) and int(input_shape[0]) > 0):
         return None
     fixed = target.astype(np.int64).copy()
     fixed[0] = 0
@@ -449,7 +448,7 @@ def pinned_batch_reshapes(graph: gs.Graph, max_rounds: int = 64) -> int:
         model = gs.export_onnx(graph)
         try:
             model = onnx.shape_inference.infer_shapes(model)
-        except Exception:  # noqa: BLE001 - no shapes, nothing to decide on
+        except Exception:
             return rewritten
         shapes: dict[str, list[object]] = {}
         for value in [*model.graph.value_info, *model.graph.input]:
@@ -487,9 +486,7 @@ class EinsumPlan:
 
     @property
     def needs_reshape(self) -> bool:
-        return len(self.terms) == 2 and not (
-            len(self.left_free) == 1 and len(self.contracted) == 1 and len(self.right_free) == 1
-        )
+        return len(self.terms) == 2 and not (len(self.left_free) == 1 and len(self.contracted) == 1 and len(self.right_free) == 1)
 
 
 def _expand_einsum(equation: str, ranks: Sequence[int | None]) -> tuple[list[list[str]], list[str]] | str:
@@ -564,10 +561,10 @@ def einsum_plan(node: gs.Node) -> EinsumPlan | str:
     plan = EinsumPlan(
         terms=(tuple(left), tuple(right)),
         output=tuple(output),
-        batch=tuple(l for l in output if l in left and l in right),
-        left_free=tuple(l for l in left if l not in right),
-        contracted=tuple(l for l in left if l in right and l not in output),
-        right_free=tuple(l for l in right if l not in left),
+        batch=tuple(label for label in output if label in left and label in right),
+        left_free=tuple(label for label in left if label not in right),
+        contracted=tuple(label for label in left if label in right and label not in output),
+        right_free=tuple(label for label in right if label not in left),
     )
     if not plan.needs_reshape:
         return plan
@@ -693,9 +690,9 @@ def custom_op_rewrites(graph: gs.Graph) -> int:
     with the unfixed one run with a reference implementation of the op
     (``builders/passes/reference_ops.py``, onnxruntime-extensions).
     """
-    passes = list(dict.fromkeys(
-        rewrite for node in graph.nodes if (rewrite := CUSTOM_OP_REWRITES.get((node.domain or "", node.op))) is not None
-    ))
+    passes = list(
+        dict.fromkeys(rewrite for node in graph.nodes if (rewrite := CUSTOM_OP_REWRITES.get((node.domain or "", node.op))) is not None)
+    )
     rewritten = 0
     for rewrite in passes:
         try:
@@ -705,9 +702,7 @@ def custom_op_rewrites(graph: gs.Graph) -> int:
     if rewritten:
         graph.cleanup().toposort()
         used = {node.domain or "" for node in graph.nodes}
-        graph.import_domains = [
-            entry for entry in (graph.import_domains or []) if entry.domain in STANDARD_DOMAINS or entry.domain in used
-        ]
+        graph.import_domains = [entry for entry in (graph.import_domains or []) if entry.domain in STANDARD_DOMAINS or entry.domain in used]
     return rewritten
 
 
@@ -779,8 +774,7 @@ def set_batch_dimension(
             dims = list(all_dims[index]) if all_dims is not None and index < len(all_dims) else None
             if dims is not None and len(dims) != len(tensor.shape) - 1:
                 raise PassError(
-                    f"batch_dimension: {kind} '{tensor.name}' has rank {len(tensor.shape)}, "
-                    f"the config gives dims {dims} (+ batch)"
+                    f"batch_dimension: {kind} '{tensor.name}' has rank {len(tensor.shape)}, the config gives dims {dims} (+ batch)"
                 )
             shape = list(tensor.shape)
             new_shape: list[int | str] = [batch_name]
@@ -788,9 +782,7 @@ def set_batch_dimension(
                 known = _known_dim(dim)
                 wanted = dims[position] if dims is not None else None
                 if isinstance(known, int) and wanted is not None and known != wanted:
-                    raise PassError(
-                        f"batch_dimension: {kind} '{tensor.name}' dim {position + 1} is {known}, the config says {wanted}"
-                    )
+                    raise PassError(f"batch_dimension: {kind} '{tensor.name}' dim {position + 1} is {known}, the config says {wanted}")
                 new_shape.append(wanted if wanted is not None and not isinstance(known, int) else dim)
             if new_shape != shape:
                 tensor.shape = new_shape
@@ -818,7 +810,6 @@ __all__ = [
     "onnx_type",
     "pad_fusable_into_conv",
     "remove_noops",
-    "rewrite_convolution_2d_transpose_bias",
     "set_batch_dimension",
     "stable_io_names",
 ]

@@ -8,7 +8,7 @@ later steps can add their own; ``apply_passes`` runs a list of them on an
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import onnx

@@ -70,9 +70,7 @@ def face_detection(images: list[np.ndarray]) -> dict[str, np.ndarray]:
                     ]
                 )
                 scores.append(detection.score[0])
-                keypoints.append(
-                    [[point.x * width, point.y * height] for point in detection.location_data.relative_keypoints]
-                )
+                keypoints.append([[point.x * width, point.y * height] for point in detection.location_data.relative_keypoints])
             results[f"{index}_boxes"] = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
             results[f"{index}_scores"] = np.asarray(scores, dtype=np.float32).reshape(-1)
             results[f"{index}_keypoints"] = np.asarray(keypoints, dtype=np.float32).reshape(-1, 6, 2)

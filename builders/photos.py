@@ -87,11 +87,7 @@ def skimage_data_dir() -> Path:
 def registry() -> dict[str, Path]:
     """Photo name -> file, for the photos present in the installed packages (sorted by name)."""
     data_dir = skimage_data_dir()
-    found = {
-        photo.name: data_dir / photo.filename
-        for photo in SKIMAGE_PHOTOS
-        if (data_dir / photo.filename).is_file()
-    }
+    found = {photo.name: data_dir / photo.filename for photo in SKIMAGE_PHOTOS if (data_dir / photo.filename).is_file()}
     for module, photo in OTHER_PACKAGE_PHOTOS:
         package_dir = _package_dir(module)
         if package_dir is not None and (package_dir / photo.filename).is_file():

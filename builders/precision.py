@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from builders import BuildError, Log, recipe as recipes, stderr_logger
+from builders import BuildError, Log, stderr_logger
+from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, sha256_file
 from vision_serving import layout, model_config, segmentation
 from vision_serving.layout import Pipeline
@@ -80,8 +81,7 @@ def classification_metrics(recipe: recipes.Recipe, reference: np.ndarray, candid
 def segmentation_masks(probabilities: np.ndarray, sizes: np.ndarray, spec: segmentation.MaskSpec) -> list[np.ndarray]:
     """Served-style masks at each image's own size (upsample, then threshold)."""
     return [
-        segmentation.mask_from_probabilities(segmentation.upsample(p, int(h), int(w)), spec)[0]
-        for p, (h, w) in zip(probabilities, sizes)
+        segmentation.mask_from_probabilities(segmentation.upsample(p, int(h), int(w)), spec)[0] for p, (h, w) in zip(probabilities, sizes)
     ]
 
 
@@ -103,7 +103,10 @@ def segmentation_metrics(recipe: recipes.Recipe, reference: np.ndarray, candidat
         "person_iou_mean": float(np.mean(person_iou)),
         "max_abs_probability_diff": float(np.abs(reference - candidate).max()),
     }
-    return {"metrics": metrics, "checks": {"mean_iou": {"value": mean_iou, "min": recipe.gate.min_mean_iou, "pass": mean_iou >= recipe.gate.min_mean_iou}}}
+    return {
+        "metrics": metrics,
+        "checks": {"mean_iou": {"value": mean_iou, "min": recipe.gate.min_mean_iou, "pass": mean_iou >= recipe.gate.min_mean_iou}},
+    }
 
 
 TASK_METRICS: dict[str, Callable[[recipes.Recipe, np.ndarray, np.ndarray, HeldOut], dict[str, Any]]] = {
@@ -126,7 +129,13 @@ def build_fp16(pipeline: Pipeline, log: Log) -> Path:
     converted = float16.convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
     data = converted.SerializeToString()
     atomic_write_bytes(output, data)
-    atomic_write_bytes(record_path, (json.dumps({"step": "fp16", "source_sha256": source_hash, "converter": "onnxconverter-common float16, keep_io_types"}, indent=2) + "\n").encode())
+    atomic_write_bytes(
+        record_path,
+        (
+            json.dumps({"step": "fp16", "source_sha256": source_hash, "converter": "onnxconverter-common float16, keep_io_types"}, indent=2)
+            + "\n"
+        ).encode(),
+    )
     return output
 
 
@@ -182,7 +191,7 @@ def select_precision(repository: Path | str, log: Log = log_to_stderr) -> dict[s
         "held_out": {"photos": sorted(set(held_out.photos)), "images": len(held_out.samples), "augmented_per_photo": AUGMENTED_PER_PHOTO},
         "gate": vars(recipe.gate),
         "rungs": rungs,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - started, 1),
     }
     atomic_write_bytes(pipeline.served_precision, (json.dumps(record, indent=2) + "\n").encode())

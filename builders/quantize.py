@@ -36,7 +36,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,8 @@ from builders.artifacts import (
     sha256_file,
 )
 from builders.export_onnx import PROJECT_ROOT
-from vision_serving import layout
+from vision_serving import layout, model_config
 from vision_serving.layout import Pipeline
-from vision_serving import model_config
 
 INT8_FILENAME = layout.INT8_ONNX
 BUILD_DIR = PROJECT_ROOT / ".build"
@@ -328,9 +327,7 @@ def layer_groups(model: Any) -> dict[str, list[str]]:
     groups["depthwise"] = [
         node.name
         for node in convs
-        if _attribute(node, "group", 1) > 1
-        and node.input[1] in constants
-        and constants[node.input[1]].shape[1] == 1
+        if _attribute(node, "group", 1) > 1 and node.input[1] in constants and constants[node.input[1]].shape[1] == 1
     ]
     groups["early"] = [node.name for node in convs[:EARLY_CONVS]]
     groups["head"] = [convs[-1].name] if convs else []
@@ -348,9 +345,7 @@ def layer_groups(model: Any) -> dict[str, list[str]]:
             c.op_type in passthrough and any(reaches_output(o, depth + 1) for o in c.output) for c in consumers.get(tensor, [])
         )
 
-    groups["classifier"] = [
-        node.name for node in model.graph.node if node.op_type in ("Gemm", "MatMul") and reaches_output(node.output[0])
-    ]
+    groups["classifier"] = [node.name for node in model.graph.node if node.op_type in ("Gemm", "MatMul") and reaches_output(node.output[0])]
     return groups
 
 
@@ -431,14 +426,14 @@ def build_calibration_set(
         "sha256": digest,
         "count": len(samples),
         "shape": list(batch.shape),
-        "samples": [
-            {"index": s.index, "source": s.source, "sha256": sha256_bytes(s.data), **s.transform} for s in samples
-        ],
+        "samples": [{"index": s.index, "source": s.source, "sha256": sha256_bytes(s.data), **s.transform} for s in samples],
     }
     atomic_write_bytes(manifest_path, (json.dumps(manifest, indent=1) + "\n").encode())
     _prune_calibration_sets(directory)
-    log(f"calibration set {path.relative_to(PROJECT_ROOT) if path.is_relative_to(PROJECT_ROOT) else path} "
-        f"({batch.nbytes / 1e6:.0f} MB, sha256 {digest[:12]}…) in {time.perf_counter() - started:.1f} s")
+    log(
+        f"calibration set {path.relative_to(PROJECT_ROOT) if path.is_relative_to(PROJECT_ROOT) else path} "
+        f"({batch.nbytes / 1e6:.0f} MB, sha256 {digest[:12]}…) in {time.perf_counter() - started:.1f} s"
+    )
     return CalibrationSet(path, manifest_path, digest, len(samples), recipe_hash), batch
 
 
@@ -614,7 +609,7 @@ def quantize(
             "qdq": summary,
             "checks": "onnx.checker full; standard domains only; Q/DQ int8, zero-point 0; weights per-channel axis 0; activations per-tensor",
         },
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "calibration_seconds": round(calibration_seconds, 1),
         "seconds": round(time.perf_counter() - started, 1),
         "peak_rss_mb": peak_rss_mb(),
@@ -683,7 +678,9 @@ def add_arguments(parser: Any) -> None:
         help=f"layer groups kept in high precision, comma-separated: {', '.join(LAYER_GROUPS)}, or none "
         "(default: the recipe's [quantize] exclude)",
     )
-    parser.add_argument("--exclude-nodes", action="append", metavar="REGEX", help="node names kept in high precision (re.match; repeatable)")
+    parser.add_argument(
+        "--exclude-nodes", action="append", metavar="REGEX", help="node names kept in high precision (re.match; repeatable)"
+    )
     parser.add_argument("--exclude-op-types", action="append", metavar="OPS", help="op types kept in high precision, comma-separated")
     parser.add_argument(
         "--high-precision",
@@ -691,7 +688,13 @@ def add_arguments(parser: Any) -> None:
         default=DEFAULT_HIGH_PRECISION,
         help="dtype of the layers left unquantized (default: %(default)s; fp16 is for TensorRT, onnxruntime's CPU kernels are fp32)",
     )
-    parser.add_argument("--calibration-batch", type=int, default=DEFAULT_CALIBRATION_BATCH, metavar="N", help="images per calibration run (default: %(default)s)")
+    parser.add_argument(
+        "--calibration-batch",
+        type=int,
+        default=DEFAULT_CALIBRATION_BATCH,
+        metavar="N",
+        help="images per calibration run (default: %(default)s)",
+    )
     parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write (default: <pipeline>_core/1/{INT8_FILENAME})")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
 

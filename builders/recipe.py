@@ -26,6 +26,7 @@ configs. Sections:
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,7 +104,7 @@ def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
 
 
 def _build(kind: type, values: dict[str, Any], where: str) -> Any:
-    known = set(kind.__dataclass_fields__)
+    known = {item.name for item in dataclasses.fields(kind)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise RecipeError(f"{where}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")

@@ -58,7 +58,4 @@ def mediapipe_outputs(task: str, photos: dict[str, bytes], log: Log = log_to_std
     with np.load(cache, allow_pickle=False) as data:
         if task == "selfie_segmentation":
             return {name: np.array(data[str(i)]) for i, name in enumerate(names)}
-        return {
-            name: {field: np.array(data[f"{i}_{field}"]) for field in ("boxes", "scores", "keypoints")}
-            for i, name in enumerate(names)
-        }
+        return {name: {field: np.array(data[f"{i}_{field}"]) for field in ("boxes", "scores", "keypoints")} for i, name in enumerate(names)}

@@ -38,7 +38,12 @@ def new_pipeline(name: str, template: str, repository: Path = layout.MODEL_REPOS
         renamed = name + model[len(source.name) :]
         (target.repository / model).rename(target.repository / renamed)
     for config in sorted(target.repository.rglob("*.pbtxt")):
-        text = re.sub(rf'^(name: |\s*model_name: )"{re.escape(source.name)}(_[a-z]+)?"', lambda m: f'{m.group(1)}"{name}{m.group(2) or ""}"', config.read_text(), flags=re.M)
+        text = re.sub(
+            rf'^(name: |\s*model_name: )"{re.escape(source.name)}(_[a-z]+)?"',
+            lambda m: f'{m.group(1)}"{name}{m.group(2) or ""}"',
+            config.read_text(),
+            flags=re.M,
+        )
         config.write_text(text)
     log(f"created {target.repository} from {source.name}: edit pipeline.toml and the configs (see README, 'Add your own model')")
     return target

@@ -46,9 +46,8 @@ from typing import Any, TypeAlias
 
 from builders import BuildError
 from builders.artifacts import atomic_write_bytes, sha256_bytes, sha256_file
-from vision_serving import layout
+from vision_serving import layout, model_config
 from vision_serving.layout import Pipeline
-from vision_serving import model_config
 from vision_serving.model_config import ConfigError
 
 CORE_MODEL = "core"
@@ -253,7 +252,7 @@ def set_builder_flags(trt: Any, config: Any) -> list[str]:
         try:
             if config.get_flag(flag):
                 names.append(name)
-        except Exception:  # noqa: BLE001, S112 - deprecated flags may refuse to be queried
+        except Exception:
             continue
     return names
 
@@ -279,7 +278,9 @@ def optimization_profile(core: ModelConfig, opt_batch: int | None = None) -> lis
     for tensor in core.input:
         dims = tuple(int(d) for d in tensor.dims)
         if any(d < 1 for d in dims):
-            raise ConfigError(f"model '{core.name}': input '{tensor.name}' has variable dims {list(dims)}; the plan profile needs fixed non-batch dims")
+            raise ConfigError(
+                f"model '{core.name}': input '{tensor.name}' has variable dims {list(dims)}; the plan profile needs fixed non-batch dims"
+            )
         if max_batch == 0:
             if opt_batch is not None:
                 raise ConfigError(f"model '{core.name}': max_batch_size is 0 (no batching), so --opt-batch does not apply")
@@ -305,10 +306,21 @@ def expected_engine_io(core: ModelConfig) -> dict[str, tuple[str, str, tuple[int
 
 
 # TensorRT DataType member names -> Triton config dtype names.
-TRT_DTYPES = {"FLOAT": "FP32", "HALF": "FP16", "BF16": "BF16", "INT8": "INT8", "INT32": "INT32", "INT64": "INT64", "BOOL": "BOOL", "UINT8": "UINT8"}
+TRT_DTYPES = {
+    "FLOAT": "FP32",
+    "HALF": "FP16",
+    "BF16": "BF16",
+    "INT8": "INT8",
+    "INT32": "INT32",
+    "INT64": "INT64",
+    "BOOL": "BOOL",
+    "UINT8": "UINT8",
+}
 
 
-def compare_engine_io(expected: Mapping[str, tuple[str, str, tuple[int, ...]]], actual: Mapping[str, tuple[str, str, tuple[int, ...]]]) -> list[str]:
+def compare_engine_io(
+    expected: Mapping[str, tuple[str, str, tuple[int, ...]]], actual: Mapping[str, tuple[str, str, tuple[int, ...]]]
+) -> list[str]:
     problems = []
     for name in sorted(set(expected) | set(actual)):
         if name not in actual:
@@ -359,7 +371,11 @@ def onnx_provenance(onnx_path: Path) -> dict[str, Any]:
         record = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise BuildError(f"{path}: unreadable provenance: {error}") from None
-    return {"file": path.name, "input_hash": record.get("input_hash") if isinstance(record, dict) else None, "calibration_hash": _find_calibration_hash(record)}
+    return {
+        "file": path.name,
+        "input_hash": record.get("input_hash") if isinstance(record, dict) else None,
+        "calibration_hash": _find_calibration_hash(record),
+    }
 
 
 def count_qdq_nodes(onnx_path: Path) -> int | None:
@@ -432,7 +448,9 @@ def load_core_config(repository: Path) -> ModelConfig:
     """The production (TensorRT) core config, never a ``configs/`` variant."""
     config: ModelConfig = model_config.load_config(Pipeline.at(repository).core_dir)
     if config.platform != "tensorrt_plan" and config.backend != "tensorrt":
-        raise ConfigError(f"{Pipeline.at(repository).core_dir / 'config.pbtxt'}: platform is {config.platform or config.backend!r}, expected 'tensorrt_plan'")
+        raise ConfigError(
+            f"{Pipeline.at(repository).core_dir / 'config.pbtxt'}: platform is {config.platform or config.backend!r}, expected 'tensorrt_plan'"
+        )
     return config
 
 
@@ -513,12 +531,18 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
             "cuda_driver_version": gpu.cuda_driver_version,
             "visible_gpus": len(gpus),
         },
-        "onnx": {"file": settings.onnx.name, "sha256": onnx_sha, "qdq_nodes": count_qdq_nodes(settings.onnx), "provenance": onnx_record["file"], "provenance_input_hash": onnx_record.get("input_hash")},
+        "onnx": {
+            "file": settings.onnx.name,
+            "sha256": onnx_sha,
+            "qdq_nodes": count_qdq_nodes(settings.onnx),
+            "provenance": onnx_record["file"],
+            "provenance_input_hash": onnx_record.get("input_hash"),
+        },
         "calibration_hash": onnx_record["calibration_hash"],
         "core_config_sha256": sha256_file(Pipeline.at(settings.repository).core_dir / "config.pbtxt"),
         "profile": profile_record,
         "builder": {**builder_record, "workspace_bytes": workspace_bytes},
-        "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "built_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "seconds": seconds,
     }
     atomic_write_bytes(build_plan, plan_bytes)
@@ -558,7 +582,9 @@ def _build_serialized(
     for item in profiles:
         shape = network_inputs[item.name]
         if len(shape) != len(item.max) or any(d != -1 and d != m for d, m in zip(shape, item.max)):
-            raise BuildError(f"{onnx_path}: input '{item.name}' has shape {list(shape)}, the core config implies {list(item.max)} (batch first)")
+            raise BuildError(
+                f"{onnx_path}: input '{item.name}' has shape {list(shape)}, the core config implies {list(item.max)} (batch first)"
+            )
         profile.set_shape(item.name, item.min, item.opt, item.max)
     config.add_optimization_profile(profile)
 
@@ -618,7 +644,9 @@ def deserialize_and_compare(plan_path: Path, core: ModelConfig) -> list[str]:
             if tensor.name in actual:
                 max_shape = engine.get_tensor_profile_shape(tensor.name, 0)[2]
                 if int(max_shape[0]) < core.max_batch_size:
-                    problems.append(f"'{tensor.name}': the plan's profile allows batch {max_shape[0]}, the config's max_batch_size is {core.max_batch_size}")
+                    problems.append(
+                        f"'{tensor.name}': the plan's profile allows batch {max_shape[0]}, the config's max_batch_size is {core.max_batch_size}"
+                    )
     return problems
 
 
@@ -635,7 +663,9 @@ def verify_plan(
         raise BuildError(f"{plan_path}: no such plan (run python -m builders build-engine)")
     record = _read_provenance(provenance_path(plan_path))
     if record is None:
-        raise VerificationError(f"{provenance_path(plan_path)}: missing or unreadable provenance; rebuild the plan with python -m builders build-engine")
+        raise VerificationError(
+            f"{provenance_path(plan_path)}: missing or unreadable provenance; rebuild the plan with python -m builders build-engine"
+        )
     problems = []
     if record.get("plan", {}).get("sha256") != sha256_file(plan_path):
         problems.append("the plan's sha256 differs from its provenance (replaced or corrupted)")
@@ -646,9 +676,10 @@ def verify_plan(
         problems += deserialize_and_compare(plan_path, load_core_config(repository))
     if problems:
         raise VerificationError(f"{plan_path}: " + "; ".join(problems) + " -> rebuild it on this node (python -m builders build-engine)")
-    log(f"{plan_path}: OK for TensorRT {release(version)} ({source}) on {len(visible)} GPU(s) of compute capability {visible[0].compute_capability}")
+    log(
+        f"{plan_path}: OK for TensorRT {release(version)} ({source}) on {len(visible)} GPU(s) of compute capability {visible[0].compute_capability}"
+    )
     return record
-
 
 
 # --------------------------------------------------------------------------- entry point

@@ -150,8 +150,7 @@ def parse_transpose_conv_options(options: bytes) -> tuple[Padding, int, int]:
     padding = _TFLITE_PADDING.get(padding_code)
     if padding is None or stride_w < 1 or stride_h < 1:
         raise BuildError(
-            f"{TRANSPOSE_CONV_BIAS} custom options not understood: padding {padding_code}, "
-            f"stride_w {stride_w}, stride_h {stride_h}"
+            f"{TRANSPOSE_CONV_BIAS} custom options not understood: padding {padding_code}, stride_w {stride_w}, stride_h {stride_h}"
         )
     return padding, stride_h, stride_w  # type: ignore[return-value]  # padding is one of the Literal values
 

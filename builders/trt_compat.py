@@ -20,6 +20,7 @@ folding would remove" are found by folding a copy of the graph exactly as
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -113,8 +114,7 @@ class Report:
 
     def format_text(self) -> str:
         header = (
-            f"{self.model}: opset {self.opset}, {self.node_count} nodes "
-            f"(rules: TensorRT {table.TENSORRT_VERSION} ONNX operator support)"
+            f"{self.model}: opset {self.opset}, {self.node_count} nodes (rules: TensorRT {table.TENSORRT_VERSION} ONNX operator support)"
         )
         lines = [header]
         for finding in self.findings:
@@ -186,16 +186,23 @@ class _Checker:
         self.opset = _default_opset(model)
         try:
             self.inferred = onnx.shape_inference.infer_shapes(model)
-        except Exception as error:  # noqa: BLE001 - onnx raises several error types; reported below
+        except Exception as error:
             self.inferred = model
-            self.add("info", "shape-inference", f"shape inference failed ({str(error).splitlines()[0]}); type and shape checks are partial", op="model")
+            self.add(
+                "info",
+                "shape-inference",
+                f"shape inference failed ({str(error).splitlines()[0]}); type and shape checks are partial",
+                op="model",
+            )
         with quiet_graphsurgeon():
             self.graph = gs.import_onnx(self.inferred)
         for index, node in enumerate(self.graph.nodes):
             node.name = node.name or f"{node.op}_{index}"
         self.folded = self._fold()
 
-    def add(self, severity: str, code: str, message: str, node: gs.Node | None = None, fix: tuple[str, ...] = (), name: str = "", op: str = "") -> None:
+    def add(
+        self, severity: str, code: str, message: str, node: gs.Node | None = None, fix: tuple[str, ...] = (), name: str = "", op: str = ""
+    ) -> None:
         self.findings.append(
             Finding(severity, code, message, node=node.name if node is not None else name, op=node.op if node is not None else op, fix=fix)
         )
@@ -208,12 +215,10 @@ class _Checker:
                 graph_passes.fold_constants_and_cleanup(copy)
                 exported = gs.export_onnx(copy, do_type_check=False)
                 del exported.graph.value_info[:]
-                try:
+                with contextlib.suppress(Exception):
                     exported = onnx.shape_inference.infer_shapes(exported)
-                except Exception:  # noqa: BLE001, S110 - passes then see fewer shapes
-                    pass
                 folded = gs.import_onnx(exported)
-        except Exception:  # noqa: BLE001 - folding is best effort: without it, foldability is not reported
+        except Exception:
             return {}
         return {node.name: node for node in folded.nodes}
 
@@ -344,11 +349,7 @@ class _Checker:
                 fix=("custom_op_rewrites",),
             )
             return
-        hint = (
-            " (an onnxruntime contrib op: export or quantize without onnxruntime-specific fusions)"
-            if domain == "com.microsoft"
-            else ""
-        )
+        hint = " (an onnxruntime contrib op: export or quantize without onnxruntime-specific fusions)" if domain == "com.microsoft" else ""
         self.add(
             "error",
             "custom-domain-op",
@@ -530,15 +531,14 @@ class _Checker:
                     node,
                 )
         scale_values = graph_fixes.constant_values(scale) if scale is not None else None
-        if scale_values is not None and scale_values.size > 1 and data is not None:
-            if not _from_constant(data):
-                self.add(
-                    "warning",
-                    "qdq-per-channel-activation",
-                    "per-channel scales on a computed tensor: TensorRT supports per-channel quantization for "
-                    "constant weights; quantize activations per tensor",
-                    node,
-                )
+        if scale_values is not None and scale_values.size > 1 and data is not None and not _from_constant(data):
+            self.add(
+                "warning",
+                "qdq-per-channel-activation",
+                "per-channel scales on a computed tensor: TensorRT supports per-channel quantization for "
+                "constant weights; quantize activations per tensor",
+                node,
+            )
 
 
 def _from_constant(tensor: gs.Tensor) -> bool:
@@ -571,8 +571,7 @@ def _resize(checker: _Checker, node: gs.Node) -> None:
         checker.add(
             "error",
             "unsupported-attribute",
-            f"coordinate_transformation_mode '{coordinate}' is not supported "
-            f"({', '.join(sorted(table.RESIZE_COORDINATE_MODES))})",
+            f"coordinate_transformation_mode '{coordinate}' is not supported ({', '.join(sorted(table.RESIZE_COORDINATE_MODES))})",
             node,
         )
     if mode == "nearest" and nearest not in table.RESIZE_NEAREST_MODES:

@@ -71,9 +71,7 @@ class FileResult:
             return {"file": self.file, "error": self.error}
         return {
             "file": self.file,
-            "predictions": [
-                {"label": p.label, "score": p.score, "class_id": p.class_id} for p in self.predictions or []
-            ],
+            "predictions": [{"label": p.label, "score": p.score, "class_id": p.class_id} for p in self.predictions or []],
         }
 
 
@@ -107,9 +105,7 @@ class TritonConnection:
             self.client: Any = grpcclient.InferenceServerClient(url)
         else:
             self.module = httpclient
-            self.client = httpclient.InferenceServerClient(
-                url.removeprefix("http://"), connection_timeout=timeout, network_timeout=timeout
-            )
+            self.client = httpclient.InferenceServerClient(url.removeprefix("http://"), connection_timeout=timeout, network_timeout=timeout)
 
     def _call_options(self) -> dict[str, Any]:
         # gRPC takes a deadline per call; the HTTP client's timeouts are set on the client.
@@ -332,8 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size = 1
         elif batch_size > interface.max_batch_size:
             print(
-                f"classify: note: --batch-size {batch_size} is above the model's max_batch_size; "
-                f"using {interface.max_batch_size}",
+                f"classify: note: --batch-size {batch_size} is above the model's max_batch_size; using {interface.max_batch_size}",
                 file=sys.stderr,
             )
             batch_size = interface.max_batch_size

@@ -22,6 +22,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from devtools.triton_server import LocalTritonServer
+
 MODEL = "image_classifier"
 # Labels EfficientNet-Lite0 gives the real photos (docs/design.md §4); a response for
 # one of these images with another top-1 label counts as a failure.
@@ -55,10 +57,8 @@ def running_server(
     exit_timeout_secs: int = 30,
     ready_timeout_s: float = 240.0,
     wait_ready: bool = True,
-) -> Iterator[LocalTritonServer]:  # noqa: F821 - imported lazily
+) -> Iterator[LocalTritonServer]:
     """A tritonserver on free ports serving ``repository``; always stopped on exit."""
-    from devtools.triton_server import LocalTritonServer
-
     log_dir.mkdir(parents=True, exist_ok=True)
     server = LocalTritonServer(
         http_port=free_port(),

@@ -135,7 +135,7 @@ class LocalTritonServer:
         ]
 
     def start(self) -> None:
-        output = open(self.log_file, "ab") if self.log_file else None
+        output = open(self.log_file, "ab") if self.log_file else None  # noqa: SIM115 - the server writes to it until stop()
         self.process = subprocess.Popen(
             self.command(),
             env=server_environment(),

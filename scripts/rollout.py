@@ -91,9 +91,7 @@ class Golden:
         if not directory.is_dir():
             raise RolloutError(f"golden directory {directory} does not exist")
         images = {
-            path.name: path.read_bytes()
-            for path in sorted(directory.iterdir())
-            if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()
+            path.name: path.read_bytes() for path in sorted(directory.iterdir()) if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()
         }
         if not images:
             raise RolloutError(f"no golden images ({', '.join(IMAGE_SUFFIXES)}) in {directory}")
@@ -398,9 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RolloutError, ValueError) as error:
         print(f"rollout: error: {error}", file=sys.stderr)
         return EXIT_UNCHANGED
-    rollout = Rollout(
-        args.url, args.model, args.version, golden, args.ensemble, args.min_agreement, args.timeout, headers=headers
-    )
+    rollout = Rollout(args.url, args.model, args.version, golden, args.ensemble, args.min_agreement, args.timeout, headers=headers)
     code = rollout.run()
     if args.json:
         print(json.dumps({"exit_code": code, "steps": rollout.steps}, indent=2))

@@ -53,6 +53,5 @@ def top_k(logits: np.ndarray, ks: list[int], labels: np.ndarray) -> list[TopK]:
     ranked_ids = np.take_along_axis(candidates, order, axis=-1).astype(np.int32)
     ranked_scores = np.take_along_axis(candidate_scores, order, axis=-1)
     return [
-        TopK(class_ids=ranked_ids[row, :k], scores=ranked_scores[row, :k], labels=labels[ranked_ids[row, :k]])
-        for row, k in enumerate(ks)
+        TopK(class_ids=ranked_ids[row, :k], scores=ranked_scores[row, :k], labels=labels[ranked_ids[row, :k]]) for row, k in enumerate(ks)
     ]

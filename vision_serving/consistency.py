@@ -95,9 +95,7 @@ def check_ensemble(ensemble: ModelConfig, models: dict[str, ModelConfig]) -> lis
             problems.append(f"{step_where}: no such model in the repository")
             continue
         if ensemble.max_batch_size > model.max_batch_size:
-            problems.append(
-                f"{step_where}: ensemble max_batch_size {ensemble.max_batch_size} exceeds the model's {model.max_batch_size}"
-            )
+            problems.append(f"{step_where}: ensemble max_batch_size {ensemble.max_batch_size} exceeds the model's {model.max_batch_size}")
         model_inputs = {t.name: t for t in model.input}
         for model_input, ensemble_tensor in step.input_map.items():
             target = model_inputs.get(model_input)
@@ -105,7 +103,9 @@ def check_ensemble(ensemble: ModelConfig, models: dict[str, ModelConfig]) -> lis
                 problems.append(f"{step_where}: input_map key '{model_input}' is not an input of the model ({sorted(model_inputs)})")
                 continue
             if ensemble_tensor not in available:
-                problems.append(f"{step_where}: input_map value '{ensemble_tensor}' is not produced by an earlier step or an ensemble input")
+                problems.append(
+                    f"{step_where}: input_map value '{ensemble_tensor}' is not produced by an earlier step or an ensemble input"
+                )
                 continue
             dtype, dims = available[ensemble_tensor]
             if dtype != _type(target) or not _dims_compatible(dims, _dims(target)):
@@ -223,7 +223,7 @@ def check_pipeline(repository: Path) -> list[str]:
                 problems += check_onnx(config, version_dirs)
     # Every variant combination an ensemble can meet: each config name, falling back to config.pbtxt.
     variant_names = sorted({v for variants in models.values() for v in variants})
-    for name, variants in models.items():
+    for variants in models.values():
         for ensemble in variants.values():
             if ensemble.platform != "ensemble":
                 continue

@@ -158,11 +158,7 @@ def ssd_anchors(options: AnchorOptions | None = None) -> FloatArray:
                     aspect_ratios.append(ratio)
                     scales.append(scale)
                 if opts.interpolated_scale_aspect_ratio > 0.0:
-                    scale_next = (
-                        1.0
-                        if last == num_strides - 1
-                        else _calculate_scale(opts.min_scale, opts.max_scale, last + 1, num_strides)
-                    )
+                    scale_next = 1.0 if last == num_strides - 1 else _calculate_scale(opts.min_scale, opts.max_scale, last + 1, num_strides)
                     scales.append(float(np.sqrt(np.float32(scale) * np.float32(scale_next))))  # float math, as in C++
                     aspect_ratios.append(opts.interpolated_scale_aspect_ratio)
             last += 1
@@ -269,7 +265,7 @@ class LetterboxParams:
         projection of (x_min, y_min) and (x_max, y_max).
         """
         b = np.asarray(boxes, dtype=np.float32)
-        corners = self.to_pixels(b.reshape(b.shape[:-1] + (2, 2)))
+        corners = self.to_pixels(b.reshape((*b.shape[:-1], 2, 2)))
         return corners.reshape(b.shape)
 
     def input_matrix(self, index: int) -> npt.NDArray[np.float64]:
@@ -289,9 +285,7 @@ class LetterboxParams:
         return np.asarray(cv2.getPerspectiveTransform(src, dst), dtype=np.float64)
 
 
-def letterbox_params(
-    heights: npt.ArrayLike, widths: npt.ArrayLike, target: int | tuple[int, int] = INPUT_SIZE
-) -> LetterboxParams:
+def letterbox_params(heights: npt.ArrayLike, widths: npt.ArrayLike, target: int | tuple[int, int] = INPUT_SIZE) -> LetterboxParams:
     """Letterbox geometry for a batch of image sizes (``PadRoi`` with keep_aspect_ratio, float32).
 
     ``target`` is the tensor size, an int (square) or ``(height, width)``.
@@ -411,9 +405,7 @@ class DecodeOptions:
             raise ValueError("num_coords must be 4 + num_keypoints * 2")
 
 
-def _as_batch(
-    raw_boxes: npt.ArrayLike, raw_scores: npt.ArrayLike, options: DecodeOptions
-) -> tuple[FloatArray, FloatArray]:
+def _as_batch(raw_boxes: npt.ArrayLike, raw_scores: npt.ArrayLike, options: DecodeOptions) -> tuple[FloatArray, FloatArray]:
     boxes = np.asarray(raw_boxes, dtype=np.float32)
     scores = np.asarray(raw_scores, dtype=np.float32)
     if boxes.ndim == 4 and boxes.shape[1] == 1:  # GPU-style [N, 1, A, C]
@@ -472,7 +464,7 @@ def decode(
 
     k0 = opts.keypoint_coord_offset
     # [N, A, K, 2]: (x, y) with reverse_output_order (XYWH), (y, x) without (YXHW)
-    kp_raw = raw[..., k0 : k0 + 2 * opts.num_keypoints].reshape(raw.shape[:2] + (opts.num_keypoints, 2))
+    kp_raw = raw[..., k0 : k0 + 2 * opts.num_keypoints].reshape((*raw.shape[:2], opts.num_keypoints, 2))
     if not opts.reverse_output_order:
         kp_raw = kp_raw[..., ::-1]
     keypoints = np.empty(kp_raw.shape, dtype=np.float32)
@@ -564,10 +556,7 @@ def weighted_nms(
     b = np.stack([b[..., 0], b[..., 1], b[..., 0] + width, b[..., 1] + height], axis=-1)
     valid = (s >= thr[:, None]) & (width >= 0) & (height >= 0)  # NaN compares False
     m = int(valid.sum(axis=1).max()) if n else 0
-    if max_detections is not None:
-        iterations = min(m, max_detections)
-    else:
-        iterations = m
+    iterations = min(m, max_detections) if max_detections is not None else m
     if m == 0:
         return (
             np.zeros((n, 0, 4), np.float32),

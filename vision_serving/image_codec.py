@@ -233,19 +233,15 @@ def validate(data: bytes, limits: ImageLimits) -> str:
         raise ImageError(f"corrupt {image_format.upper()}: declared size {width}x{height}")
     if width * height > limits.max_pixels:
         raise ImageError(
-            f"{image_format.upper()} declares {width}x{height} = {width * height} pixels, "
-            f"over the limit of {limits.max_pixels} pixels"
+            f"{image_format.upper()} declares {width}x{height} = {width * height} pixels, over the limit of {limits.max_pixels} pixels"
         )
     if max(width, height) > limits.max_side:
-        raise ImageError(
-            f"{image_format.upper()} declares {width}x{height}: a side over the limit of {limits.max_side} pixels"
-        )
+        raise ImageError(f"{image_format.upper()} declares {width}x{height}: a side over the limit of {limits.max_side} pixels")
     if image_format == "jpeg":
         scans = jpeg_scan_count(data, limit=limits.max_jpeg_scans)
         if scans > limits.max_jpeg_scans:
             raise ImageError(
-                f"JPEG has more than {limits.max_jpeg_scans} scans (the limit); "
-                "progressive images normally have at most a dozen"
+                f"JPEG has more than {limits.max_jpeg_scans} scans (the limit); progressive images normally have at most a dozen"
             )
     if not _has_trailer(data, image_format):
         raise ImageError(f"truncated {image_format.upper()}: no end-of-image marker")
@@ -272,9 +268,7 @@ def decode_rgb(data: bytes, limits: ImageLimits) -> np.ndarray:
     # decoder must have read the same size (EXIF orientation may swap the sides).
     width, height = declared_size(data, image_format)
     if image.ndim != 3 or image.shape[2] != 3 or sorted(image.shape[:2]) != sorted((height, width)):
-        raise ImageError(
-            f"corrupt {name}: decoded {image.shape[1]}x{image.shape[0]} image, header declares {width}x{height}"
-        )
+        raise ImageError(f"corrupt {name}: decoded {image.shape[1]}x{image.shape[0]} image, header declares {width}x{height}")
     try:
         return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
     except cv2.error:

@@ -8,14 +8,14 @@ reads them through this module instead of repeating literals.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-ModelConfig = model_config_pb2.ModelConfig
+from tritonclient.grpc.model_config_pb2 import ModelConfig  # noqa: E402 - untyped protobuf class (Any to mypy)
 
 # Triton config dtype -> numpy dtype. TYPE_STRING tensors are numpy object arrays of bytes.
 _NUMPY_DTYPES: Mapping[int, np.dtype] = {

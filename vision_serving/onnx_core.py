@@ -21,9 +21,7 @@ GRAPH_OPTIMIZATION_LEVELS = {
 
 def create_session(onnx_path: Path, graph_optimization: str = "all", intra_op_threads: int = 0) -> ort.InferenceSession:
     if graph_optimization not in GRAPH_OPTIMIZATION_LEVELS:
-        raise model_config.ConfigError(
-            f"graph_optimization {graph_optimization!r} is not one of {sorted(GRAPH_OPTIMIZATION_LEVELS)}"
-        )
+        raise model_config.ConfigError(f"graph_optimization {graph_optimization!r} is not one of {sorted(GRAPH_OPTIMIZATION_LEVELS)}")
     if not onnx_path.is_file():
         raise FileNotFoundError(f"{onnx_path} does not exist; build it with `python -m builders all`")
     options = ort.SessionOptions()
@@ -57,9 +55,7 @@ class OnnxCore:
 
     def _check_output_shapes(self) -> None:
         """Run one zero input: a model whose outputs do not match its config fails to load, never serves."""
-        probe = {
-            item.name: np.zeros((1, *item.dims), dtype=model_config.numpy_dtype(item.data_type)) for item in self.inputs
-        }
+        probe = {item.name: np.zeros((1, *item.dims), dtype=model_config.numpy_dtype(item.data_type)) for item in self.inputs}
         for item, value in zip(self.outputs, self.run(probe)):
             shape = list(value.shape[1:])
             if shape != list(item.dims):

@@ -70,9 +70,7 @@ class PreprocessSpec:
         if self.resize not in RESIZE_MODES:
             raise model_config.ConfigError(f"resize {self.resize!r} is not one of {RESIZE_MODES}")
         if self.interpolation not in INTERPOLATIONS:
-            raise model_config.ConfigError(
-                f"interpolation {self.interpolation!r} is not one of {sorted(INTERPOLATIONS)}"
-            )
+            raise model_config.ConfigError(f"interpolation {self.interpolation!r} is not one of {sorted(INTERPOLATIONS)}")
         if self.layout not in LAYOUTS:
             raise model_config.ConfigError(f"layout {self.layout!r} is not one of {LAYOUTS}")
         if self.color_order not in COLOR_ORDERS:
@@ -82,9 +80,7 @@ class PreprocessSpec:
         if any(value <= 0 for value in self.std):
             raise model_config.ConfigError("std values must be positive")
         if self.resize == "center_crop" and self.resize_shorter_side < self.crop_size:
-            raise model_config.ConfigError(
-                f"resize_shorter_side {self.resize_shorter_side} is smaller than the crop {self.crop_size}"
-            )
+            raise model_config.ConfigError(f"resize_shorter_side {self.resize_shorter_side} is smaller than the crop {self.crop_size}")
 
     @property
     def output_shape(self) -> tuple[int, int, int]:
@@ -102,9 +98,7 @@ class PreprocessSpec:
             raise model_config.ConfigError(f"model '{config.name}': output dims {dims} are not 3-D")
         channels, height, width = dims if layout == "NCHW" else (dims[2], dims[0], dims[1])
         if channels != 3 or height != width:
-            raise model_config.ConfigError(
-                f"model '{config.name}': output dims {dims} are not a square 3-channel {layout} image"
-            )
+            raise model_config.ConfigError(f"model '{config.name}': output dims {dims} are not a square 3-channel {layout} image")
         resize = model_config.parameter(config, "resize", "center_crop")
         return cls(
             crop_size=height,

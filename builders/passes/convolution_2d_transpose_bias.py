@@ -117,9 +117,7 @@ def _padding_value(value: object) -> str | None:
     return None
 
 
-def config_for(
-    padding: str, size_in: Sequence[int], kernel: Sequence[int], strides: Sequence[int]
-) -> TransposeConvConfig:
+def config_for(padding: str, size_in: Sequence[int], kernel: Sequence[int], strides: Sequence[int]) -> TransposeConvConfig:
     """The ONNX pads and output_padding for TFLite's ``padding`` and strides (H, W)."""
     pads_before, pads_after, output_padding = [], [], []
     for size, k, s in zip(size_in, kernel, strides):
@@ -147,9 +145,7 @@ def config_for(
     )
 
 
-def expected_output_hw(
-    padding: str, size_in: Sequence[int], kernel: Sequence[int], strides: Sequence[int]
-) -> list[int]:
+def expected_output_hw(padding: str, size_in: Sequence[int], kernel: Sequence[int], strides: Sequence[int]) -> list[int]:
     if padding == "SAME":
         return [i * s for i, s in zip(size_in, strides)]
     return [(i - 1) * s + k for i, k, s in zip(size_in, kernel, strides)]
@@ -183,9 +179,7 @@ def derive_config(size_in: Sequence[int], size_out: Sequence[int], kernel: Seque
             continue
         config = config_for(padding, size_in, kernel, strides)
         # One input element along an axis: its stride does not matter unless output_padding depends on it.
-        key_strides = tuple(
-            1 if i == 1 and pad == 0 else s for i, s, pad in zip(size_in, strides, config.output_padding)
-        )
+        key_strides = tuple(1 if i == 1 and pad == 0 else s for i, s, pad in zip(size_in, strides, config.output_padding))
         key = (key_strides, config.pads, config.output_padding)
         candidates.setdefault(key, config)
     return list(candidates.values())
@@ -201,7 +195,7 @@ def _shape_table(graph: gs.Graph) -> dict[str, list[int]]:
     try:
         model = gs.export_onnx(graph.copy(), do_type_check=False)
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:  # noqa: BLE001  # inference is best effort; missing shapes are reported by the caller
+    except Exception:  # inference is best effort; missing shapes are reported by the caller
         return shapes
     graph_proto = inferred.graph
     for value in [*graph_proto.value_info, *graph_proto.input, *graph_proto.output]:
@@ -287,13 +281,10 @@ def _plan(
     configs = derive_config(size_in, size_out, kernel)
     if not configs:
         raise ValueError(
-            f"{label}: output H,W {size_out} fits neither SAME (in*s) nor VALID ((in-1)*s+k) "
-            f"for input H,W {size_in} and kernel {kernel}"
+            f"{label}: output H,W {size_out} fits neither SAME (in*s) nor VALID ((in-1)*s+k) for input H,W {size_in} and kernel {kernel}"
         )
     if len(configs) > 1:
-        raise ValueError(
-            f"{label}: input H,W {size_in} -> output {size_out} with kernel {kernel} is ambiguous: {configs}"
-        )
+        raise ValueError(f"{label}: input H,W {size_in} -> output {size_out} with kernel {kernel} is ambiguous: {configs}")
     return weights, bias, configs[0]
 
 
@@ -314,11 +305,7 @@ def planned_configs(graph: gs.Graph) -> dict[str, TransposeConvConfig]:
     """What the pass would use for each matching node, keyed by the node's output tensor name."""
     shapes = _shape_table(graph)
     outputs = {tensor.name for tensor in graph.outputs}
-    return {
-        node.outputs[0].name: _plan(node, shapes, outputs)[2]
-        for node in graph.nodes
-        if is_convolution_2d_transpose_bias(node)
-    }
+    return {node.outputs[0].name: _plan(node, shapes, outputs)[2] for node in graph.nodes if is_convolution_2d_transpose_bias(node)}
 
 
 def convolution_2d_transpose_bias(graph: gs.Graph) -> int:
@@ -360,9 +347,7 @@ def convolution_2d_transpose_bias(graph: gs.Graph) -> int:
     graph.cleanup().toposort()
     used = {node.domain or "" for node in graph.nodes}
     if graph.import_domains:
-        graph.import_domains = [
-            entry for entry in graph.import_domains if entry.domain in _STANDARD_DOMAINS or entry.domain in used
-        ]
+        graph.import_domains = [entry for entry in graph.import_domains if entry.domain in _STANDARD_DOMAINS or entry.domain in used]
     return len(plans)
 
 
@@ -379,9 +364,7 @@ def check_against_tflite(graph: gs.Graph, params: Sequence[TransposeConvParams])
         return [str(error)]
     problems: list[str] = []
     if len(derived) != len(params):
-        problems.append(
-            f"{len(derived)} Convolution2DTransposeBias nodes in the graph, {len(params)} in the TFLite model"
-        )
+        problems.append(f"{len(derived)} Convolution2DTransposeBias nodes in the graph, {len(params)} in the TFLite model")
     by_name = {param.output: param for param in params}
     matched_by_name = any(name in by_name for name in derived)
     pairs = (
@@ -394,9 +377,7 @@ def check_against_tflite(graph: gs.Graph, params: Sequence[TransposeConvParams])
             problems.append(f"{name}: no TFLite operator writes this tensor")
             continue
         if (config.stride_h, config.stride_w) != (param.stride_h, param.stride_w):
-            problems.append(
-                f"{name}: strides {config.stride_h}x{config.stride_w} derived, {param.stride_h}x{param.stride_w} in TFLite"
-            )
+            problems.append(f"{name}: strides {config.stride_h}x{config.stride_w} derived, {param.stride_h}x{param.stride_w} in TFLite")
         if config.padding != param.padding:
             # k == s: SAME and VALID are the same rewrite; only a real difference counts.
             other = config_for(param.padding, [2, 2], _kernel_of(graph, name), [param.stride_h, param.stride_w])

@@ -61,9 +61,7 @@ def transpose_conv_bias(
     for fy in range(kernel_h):
         for fx in range(kernel_w):
             contribution = np.einsum("nhwc,oc->nhwo", x64, w64[:, fy, fx, :])
-            full[
-                :, fy : fy + (height - 1) * stride_h + 1 : stride_h, fx : fx + (width - 1) * stride_w + 1 : stride_w, :
-            ] += contribution
+            full[:, fy : fy + (height - 1) * stride_h + 1 : stride_h, fx : fx + (width - 1) * stride_w + 1 : stride_w, :] += contribution
     out = full[:, pad_top : pad_top + out_h, pad_left : pad_left + out_w, :]
     if bias is not None:
         out = out + bias.astype(np.float64).reshape(1, 1, 1, -1)
@@ -87,9 +85,7 @@ def _register_pyop() -> None:
             "stride_w": PyCustomOpDef.dt_int64,
         },
     )
-    def _convolution_2d_transpose_bias(
-        x: np.ndarray, weights: np.ndarray, bias: np.ndarray, **attrs: Any
-    ) -> np.ndarray:
+    def _convolution_2d_transpose_bias(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, **attrs: Any) -> np.ndarray:
         return transpose_conv_bias(
             np.asarray(x, dtype=np.float32),
             np.asarray(weights, dtype=np.float32),
@@ -110,9 +106,7 @@ def _attribute(node: onnx.NodeProto, name: str) -> Any:
     return None
 
 
-def _node_params(
-    model: onnx.ModelProto, params: Sequence[TransposeConvParams] | None
-) -> dict[str, tuple[str, int, int]]:
+def _node_params(model: onnx.ModelProto, params: Sequence[TransposeConvParams] | None) -> dict[str, tuple[str, int, int]]:
     """(padding, stride_h, stride_w) per custom node output: attributes, else ``params``, else derived from shapes."""
     nodes = [node for node in model.graph.node if node.op_type in CUSTOM_OP_TYPES]
     result: dict[str, tuple[str, int, int]] = {}
@@ -193,7 +187,5 @@ def run_unfixed_with_reference(
     options = ort.SessionOptions()
     options.register_custom_ops_library(get_library_path())
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(
-        with_pyop_domain(model, params).SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    session = ort.InferenceSession(with_pyop_domain(model, params).SerializeToString(), options, providers=["CPUExecutionProvider"])
     return [np.asarray(output) for output in session.run(None, dict(feeds))]

@@ -263,7 +263,10 @@ def test_corpus_is_broad(corpus):
 def request_cases(module, good: bytes, max_batch: int) -> dict[str, tuple[dict, Expect]]:
     """Kind -> (infer() keyword arguments, expectation)."""
     invalid = "INVALID_ARGUMENT"
-    one = lambda: image_tensor(module, [good])
+
+    def one():
+        return image_tensor(module, [good])
+
     return {
         "batch_over_max_batch_size": (
             {"inputs": [image_tensor(module, [good] * (max_batch + 1))]},

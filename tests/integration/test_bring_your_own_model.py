@@ -84,7 +84,7 @@ def own_repository(tmp_path_factory, built_repository) -> Path:
     (folder / f"{NAME}_postprocess" / "labels.txt").write_text("\n".join(LABELS) + "\n")
     # 3. The recipe: an ONNX source, the fix passes that name and batch its I/O, a smaller calibration.
     recipe = folder / "pipeline.toml"
-    edit(recipe, r'^description = .*?$', 'description = "my own 4-class colour classifier"')
+    edit(recipe, r"^description = .*?$", 'description = "my own 4-class colour classifier"')
     edit(recipe, r"^\[source\].*?(?=^\[fix\])", '[source]\nkind = "onnx"\npath = "model.onnx"\n\n')
     edit(recipe, r"^passes = .*?$", 'passes = ["stable_io_names", "batch_dimension"]')
     edit(recipe, r"^exclude = .*?$", "exclude = []")

@@ -25,7 +25,6 @@ def photo_dir(tmp_path_factory, photo_bytes: dict[str, bytes]) -> Path:
     return folder
 
 
-
 def url_for(server, protocol: str) -> str:
     return server.grpc_url if protocol == "grpc" else server.http_url
 

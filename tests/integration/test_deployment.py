@@ -71,7 +71,6 @@ EXPECTED_CRDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.co
 ADMIN_KEY = "test-admin-key"
 
 
-
 # --------------------------------------------------------------------------- tools and inputs
 
 
@@ -129,7 +128,12 @@ def kustomize(directory: Path) -> str:
 
 def validate_manifests(tools: Path, rendered: str) -> dict[str, Any]:
     completed = subprocess.run(
-        [str(tools / "python"), str(VALIDATE), "manifests", K8S_VERSION], input=rendered, capture_output=True, text=True, timeout=300, check=False
+        [str(tools / "python"), str(VALIDATE), "manifests", K8S_VERSION],
+        input=rendered,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     return json.loads(completed.stdout)
@@ -279,7 +283,16 @@ def test_every_object_validates(manifests):
     crds = {(r["apiVersion"], r["kind"]) for r in manifests["results"] if r["detail"].startswith("vendored")}
     assert crds == EXPECTED_CRDS
     kinds = {r["kind"] for r in manifests["results"]}
-    assert {"Namespace", "PersistentVolumeClaim", "Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy", "ConfigMap"} <= kinds
+    assert {
+        "Namespace",
+        "PersistentVolumeClaim",
+        "Deployment",
+        "Service",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+        "ConfigMap",
+    } <= kinds
 
 
 def test_an_unknown_kind_or_a_bad_field_fails(tools):
@@ -292,7 +305,9 @@ def test_the_gpu_product_patch_renders_and_validates(tools, tmp_path):
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     shutil.copy(K8S / "patches" / "gpu-product-affinity.yaml", overlay)
-    (overlay / "kustomization.yaml").write_text(f"resources:\n  - {os.path.relpath(K8S, overlay)}\npatches:\n  - path: gpu-product-affinity.yaml\n")
+    (overlay / "kustomization.yaml").write_text(
+        f"resources:\n  - {os.path.relpath(K8S, overlay)}\npatches:\n  - path: gpu-product-affinity.yaml\n"
+    )
     result = validate_manifests(tools, kustomize(overlay))
     assert all(r["status"] == "ok" for r in result["results"])
     spec = find(result["objects"], "Deployment")["spec"]["template"]["spec"]
@@ -303,7 +318,11 @@ def test_the_gpu_product_patch_renders_and_validates(tools, tmp_path):
 
 def run_checkov(tools: Path, *target: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(tools / "checkov"), "--skip-download", "--quiet", "--compact", *target], capture_output=True, text=True, timeout=600, check=False
+        [str(tools / "checkov"), "--skip-download", "--quiet", "--compact", *target],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
 
 
@@ -330,7 +349,9 @@ def test_hadolint_passes_on_both_dockerfiles(tools):
         lines = path.read_text().splitlines()
         for index, line in enumerate(lines):
             if "hadolint ignore=" in line:
-                assert index > 0 and lines[index - 1].startswith("#") and "hadolint" not in lines[index - 1], f"{path.name}:{index + 1}: say why"
+                assert index > 0 and lines[index - 1].startswith("#") and "hadolint" not in lines[index - 1], (
+                    f"{path.name}:{index + 1}: say why"
+                )
 
 
 # --------------------------------------------------------------------------- cross-checks
@@ -437,7 +458,9 @@ def test_pod_security_resources_and_shm(pod_spec, triton):
 def builder_commands(script: str) -> list[list[str]]:
     """The `python -m builders ...` commands of a shell script, as argument lists."""
     joined = script.replace("\\\n", " ")
-    return [shlex.split(line.strip())[3:] for line in joined.splitlines() if re.match(r"\s*python3? -m builders(\.tensorrt_engine)? ", line)]
+    return [
+        shlex.split(line.strip())[3:] for line in joined.splitlines() if re.match(r"\s*python3? -m builders(\.tensorrt_engine)? ", line)
+    ]
 
 
 def test_init_containers_build_and_verify_every_pipeline(pod_spec):
@@ -446,7 +469,7 @@ def test_init_containers_build_and_verify_every_pipeline(pod_spec):
     build = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")
     verify = next(c for c in pod_spec["initContainers"] if c["name"] == "verify-plan")
     script = build["args"][0]
-    commands = builder_commands(script) + [verify["command"][3:]]
+    commands = [*builder_commands(script), verify["command"][3:]]
     assert [c[0] for c in commands] == ["build-engine", "verify-plan", "verify-plan"]
     for command in commands:
         options = flag_options(command[1:])
@@ -578,7 +601,13 @@ def test_dashboard_shows_every_step_of_every_pipeline(objects):
     board = dashboard(objects)
     expressions = dashboard_expressions(board)
     joined = " ".join(expressions)
-    for metric in ("nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us", "nv_inference_request_duration_us", "nv_inference_exec_count", "nv_inference_queue_summary_us"):
+    for metric in (
+        "nv_inference_queue_duration_us",
+        "nv_inference_compute_infer_duration_us",
+        "nv_inference_request_duration_us",
+        "nv_inference_exec_count",
+        "nv_inference_queue_summary_us",
+    ):
         assert metric in joined, metric
     assert any("nv_inference_count" in e and "nv_inference_exec_count" in e for e in expressions), "batch size panel"
     # The pipeline variable: every core model's pipeline, found from the metrics.
@@ -667,7 +696,7 @@ def test_the_entry_script_passes_one_model_repository_per_pipeline(tmp_path, tri
     assert sorted(repositories) == sorted(str(path) for path in layout.model_repositories(layout.MODEL_REPOSITORY))
     assert len(repositories) == len(PIPELINES) >= 2
     assert all(a.startswith("--model-repository=") for a in passed[: len(repositories)])
-    assert passed[len(repositories):] == args, "every other argument is passed on unchanged, in order"
+    assert passed[len(repositories) :] == args, "every other argument is passed on unchanged, in order"
     assert ROOT_FLAG not in completed.stdout
     (line,) = completed.stderr.splitlines()
     assert all(pipeline.name in line for pipeline in PIPELINES)

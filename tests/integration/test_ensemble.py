@@ -58,7 +58,7 @@ def test_golden_labels(triton_server, photo_bytes, protocol, name):
 def test_served_equals_in_process_pipeline(triton_server, built_repository, photo_bytes):
     """What the server answers is what the same library computes in-process."""
     names = ["chelsea", "coffee", "camera", "astronaut"]
-    labels, scores, class_ids = infer(make_client(triton_server, "grpc"), grpcclient, [photo_bytes[n] for n in names])
+    _labels, scores, class_ids = infer(make_client(triton_server, "grpc"), grpcclient, [photo_bytes[n] for n in names])
 
     preprocess_config = model_config.load_config(built_repository / "image_classifier" / "image_classifier_preprocess")
     limits = preprocessing.limits_from_config(preprocess_config)
@@ -68,7 +68,11 @@ def test_served_equals_in_process_pipeline(triton_server, built_repository, phot
     core_config = model_config.load_config(built_repository / "image_classifier" / "image_classifier_core", "cpu")
     core = OnnxCore(core_config, built_repository / "image_classifier" / "image_classifier_core" / "1")
     (logits,) = core.run({core.input_names[0]: batch})
-    expected = classification.top_k(logits, [5] * len(names), classification.load_labels(built_repository / "image_classifier" / "image_classifier_postprocess" / "labels.txt", 1000))
+    expected = classification.top_k(
+        logits,
+        [5] * len(names),
+        classification.load_labels(built_repository / "image_classifier" / "image_classifier_postprocess" / "labels.txt", 1000),
+    )
     for row, result in enumerate(expected):
         assert class_ids[row].tolist() == result.class_ids.tolist()
         np.testing.assert_allclose(scores[row], result.scores, atol=1e-5)

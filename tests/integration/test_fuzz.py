@@ -33,8 +33,8 @@ import tritonclient.grpc as grpcclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from tests.support.fuzzing import mutant
 from devtools.loadgen import GOLDEN_LABELS, classify, image_input, stub_processes
+from tests.support.fuzzing import mutant
 from vision_serving.image_codec import ImageError, ImageLimits, decode_rgb
 
 SEED = int(os.environ.get("FUZZ_SEED", "1234"))
@@ -139,7 +139,10 @@ def fuzz_server(server, count: int, seed: int = SEED, concurrency: int = 8) -> d
         "bad": bad[:10],
         "stubs_unchanged": stub_processes(server.process.pid) == stubs_before,
         "all_ready": client.is_server_ready()
-        and all(client.is_model_ready(model) for model in ("image_classifier", "image_classifier_preprocess", "image_classifier_core", "image_classifier_postprocess")),
+        and all(
+            client.is_model_ready(model)
+            for model in ("image_classifier", "image_classifier_preprocess", "image_classifier_core", "image_classifier_postprocess")
+        ),
     }
     print("served fuzz:", json.dumps(report))
     return report
@@ -245,7 +248,7 @@ def test_regression_header_walk_cost_is_bounded(body):
     (one byte or segment per loop); now fill runs are one regex match and segments are capped."""
     payload = b"\xff\xd8" + body + b"\xff\xd9"
     started = time.perf_counter()
-    with pytest.raises(ImageError, match="truncated JPEG|more than 1000 segments"):
+    with pytest.raises(ImageError, match=r"truncated JPEG|more than 1000 segments"):
         decode_rgb(payload, LIMITS)
     assert time.perf_counter() - started < 1.0
 

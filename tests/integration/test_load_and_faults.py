@@ -276,5 +276,5 @@ def test_killed_preprocess_stub(repository, images, tmp_path):
     for message in errors:
         assert "INTERNAL" in message and "is not healthy" in message, message
     # Either Triton restarts the stub and recovers, or the death is visible to a liveness check.
-    assert restarted and all(late) or summary["zombie_stubs"], summary
+    assert (restarted and all(late)) or summary["zombie_stubs"], summary
     assert summary["stop_s"] <= exit_timeout + 15

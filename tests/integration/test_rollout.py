@@ -16,8 +16,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from onnx import helper
 
-from scripts import rollout
 from devtools.loadgen import GOLDEN_LABELS, LoadGenerator, ReadinessWatcher, classify, copy_repository, running_server
+from scripts import rollout
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +80,7 @@ def ready_core_versions(client, headers: dict | None = None) -> list[int]:
 
 def served_by(client, version: int, images: dict[str, bytes]) -> bool:
     """Classifying the golden images is counted by core version ``version``, with the right labels."""
+
     def count() -> int:
         stats = client.get_inference_statistics("image_classifier_core", str(version), as_json=True)["model_stats"]
         return sum(int(entry.get("inference_count", 0)) for entry in stats)

@@ -70,7 +70,11 @@ def _truncate(rng: random.Random, data: bytearray) -> str:
 
 def _insert_run(rng: random.Random, data: bytearray) -> str:
     position = rng.randrange(2, len(data))
-    run = bytes(rng.randrange(256) for _ in range(rng.randint(1, 512))) if rng.random() < 0.5 else bytes([rng.randrange(256)]) * rng.randint(1, 4096)
+    run = (
+        bytes(rng.randrange(256) for _ in range(rng.randint(1, 512)))
+        if rng.random() < 0.5
+        else bytes([rng.randrange(256)]) * rng.randint(1, 4096)
+    )
     data[position:position] = run
     return "insert_run"
 
@@ -126,5 +130,3 @@ def mutant(seed: int, index: int) -> tuple[bytes, str]:
 
 
 # --------------------------------------------------------------------------- in-process
-
-

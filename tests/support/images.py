@@ -8,6 +8,7 @@ import zlib
 
 def png_with_declared_size(width: int, height: int) -> bytes:
     """A tiny PNG whose IHDR declares width x height (a decompression bomb's header)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 

@@ -49,10 +49,10 @@ def int8_test_repository(source_repository: Path = layout.MODEL_REPOSITORY) -> l
         source.repository,
         TEST_ROOT / source.name,
         dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("__pycache__", quantize.INT8_FILENAME, quantize.INT8_FILENAME + ".json", "*.plan*", layout.SERVED_PRECISION),
+        ignore=shutil.ignore_patterns(
+            "__pycache__", quantize.INT8_FILENAME, quantize.INT8_FILENAME + ".json", "*.plan*", layout.SERVED_PRECISION
+        ),
     )
     copy = layout.pipeline(source.name, TEST_ROOT)
     quantize.quantize(copy.repository, quantize.recipe_options(copy.repository, samples=TEST_SAMPLES), log=lambda _: None)
     return copy
-
-

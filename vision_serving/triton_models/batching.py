@@ -23,7 +23,7 @@ def run_requests(
         try:
             parsed.append(parse(request))
             errors.append(None)
-        except Exception as error:  # noqa: BLE001 - turned into that request's error response
+        except Exception as error:
             errors.append(error)
     results = iter(compute(parsed) if parsed else [])
     return [fail(error) if error is not None else respond(next(results)) for error in errors]

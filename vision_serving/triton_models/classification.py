@@ -23,7 +23,9 @@ class TritonPythonModel:
         roles = model_config.tensors_by_role(config)
         self.logits_name, self.top_k_name = roles.required_input("FP32"), roles.optional_input("INT32")
         self.labels_name, self.scores_name, self.ids_name = (
-            roles.output("BYTES"), roles.output("FP32"), roles.output("INT32"),
+            roles.output("BYTES"),
+            roles.output("FP32"),
+            roles.output("INT32"),
         )
         self.num_classes = int(model_config.tensor(config, self.logits_name).dims[-1])
         self.default_k = classification.validate_k(model_config.int_parameter(config, "top_k"), self.num_classes)
@@ -52,14 +54,19 @@ class TritonPythonModel:
         return results
 
     def _respond(self, rows):
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor(self.labels_name, np.stack([row.labels for row in rows])),
-            pb_utils.Tensor(self.scores_name, np.stack([row.scores for row in rows])),
-            pb_utils.Tensor(self.ids_name, np.stack([row.class_ids for row in rows])),
-        ])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor(self.labels_name, np.stack([row.labels for row in rows])),
+                pb_utils.Tensor(self.scores_name, np.stack([row.scores for row in rows])),
+                pb_utils.Tensor(self.ids_name, np.stack([row.class_ids for row in rows])),
+            ]
+        )
 
     def execute(self, requests):
         return run_requests(
-            requests, self._parse, self._compute, self._respond,
+            requests,
+            self._parse,
+            self._compute,
+            self._respond,
             lambda error: pb_utils.InferenceResponse(error=triton_error(pb_utils, error)),
         )

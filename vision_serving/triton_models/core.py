@@ -40,6 +40,9 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return run_requests(
-            requests, self._parse, self._compute, self._respond,
+            requests,
+            self._parse,
+            self._compute,
+            self._respond,
             lambda error: pb_utils.InferenceResponse(error=triton_error(pb_utils, error)),
         )

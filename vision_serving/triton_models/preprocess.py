@@ -20,9 +20,7 @@ def _outputs(config: model_config.ModelConfig) -> tuple[str, str | None]:
     pixels = [item.name for item in config.output if item.data_type == model_config.model_config_pb2.TYPE_FP32]
     sizes = [item.name for item in config.output if item.data_type == model_config.model_config_pb2.TYPE_INT32]
     if len(pixels) != 1 or len(sizes) > 1 or len(config.output) != len(pixels) + len(sizes):
-        raise model_config.ConfigError(
-            f"model '{config.name}': expected one FP32 pixel output and at most one INT32 [2] size output"
-        )
+        raise model_config.ConfigError(f"model '{config.name}': expected one FP32 pixel output and at most one INT32 [2] size output")
     return pixels[0], (sizes[0] if sizes else None)
 
 

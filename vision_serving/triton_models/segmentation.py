@@ -38,12 +38,18 @@ class TritonPythonModel:
     def _respond(self, masks):
         png = np.array([[mask.png] for mask in masks], dtype=np.object_)
         coverage = np.array([[mask.coverage] for mask in masks], dtype=np.float32)
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor(self.mask_name, png), pb_utils.Tensor(self.coverage_name, coverage),
-        ])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor(self.mask_name, png),
+                pb_utils.Tensor(self.coverage_name, coverage),
+            ]
+        )
 
     def execute(self, requests):
         return run_requests(
-            requests, self._parse, self._compute, self._respond,
+            requests,
+            self._parse,
+            self._compute,
+            self._respond,
             lambda error: pb_utils.InferenceResponse(error=triton_error(pb_utils, error)),
         )

@@ -111,7 +111,9 @@ def run_plan(trt, plan: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.nda
         for index in range(engine.num_io_tensors):
             name = engine.get_tensor_name(index)
             if name in outputs:
-                cudart.cudaMemcpy(outputs[name].ctypes.data, pointers[index], outputs[name].nbytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost)
+                cudart.cudaMemcpy(
+                    outputs[name].ctypes.data, pointers[index], outputs[name].nbytes, cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
+                )
     finally:
         for pointer in pointers:
             cudart.cudaFree(pointer)
@@ -187,5 +189,3 @@ def test_build_and_run_the_real_qdq_model(trt, tmp_path, capsys):
     cosine = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     assert cosine.min() > 0.98, cosine
     assert np.mean(got.argmax(1) == want.argmax(1)) >= 5 / 6
-
-

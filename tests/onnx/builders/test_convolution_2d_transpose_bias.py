@@ -81,9 +81,7 @@ def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return np.asarray(session.run(None, {"x": x})[0])
 
 
-def _expected(
-    x: np.ndarray, weights: np.ndarray, bias: np.ndarray, stride: int, padding: str, sigmoid: bool
-) -> np.ndarray:
+def _expected(x: np.ndarray, weights: np.ndarray, bias: np.ndarray, stride: int, padding: str, sigmoid: bool) -> np.ndarray:
     y = transpose_conv_bias(np.maximum(x, 0), weights, bias, stride, stride, padding)
     return 1 / (1 + np.exp(-y)) if sigmoid else y
 
@@ -114,9 +112,7 @@ def test_default_domain_without_attributes_derives_from_shapes(name, height, wid
 @pytest.mark.parametrize(("name", "height", "width", "kernel", "stride", "padding", "out_hw"), CASES[:3])
 def test_with_attributes_in_a_custom_domain(name, height, width, kernel, stride, padding, out_hw):
     attrs = {"padding": padding, "stride_h": stride, "stride_w": stride}
-    model, weights, bias = _model(
-        height, width, 2, 3, kernel, None, op_type="Convolution2DTransposeBias", domain="mediapipe", attrs=attrs
-    )
+    model, weights, bias = _model(height, width, 2, 3, kernel, None, op_type="Convolution2DTransposeBias", domain="mediapipe", attrs=attrs)
     fixed, count = _fix(model)
     assert count == 1
     assert all(node.domain in ("", "ai.onnx") for node in fixed.graph.node)
@@ -147,7 +143,7 @@ def test_output_shape_read_back_through_a_unary_op():
 def test_missing_output_shape_raises_naming_the_node():
     model, _, _ = _model(5, 5, 2, 2, 3, None)
     graph = gs.import_onnx(model)
-    with pytest.raises(ValueError, match="deconv_node.*shape"):
+    with pytest.raises(ValueError, match=r"deconv_node.*shape"):
         convolution_2d_transpose_bias(graph)
     assert any(node.op == "TFL_Convolution2DTransposeBias" for node in graph.nodes)  # unchanged
 

@@ -63,7 +63,12 @@ def test_evaluation_set_is_held_out_and_deterministic():
     assert all(s.transform.get("original") for s in first.raw) and not any(s.transform.get("original") for s in first.augmented)
     # Different transforms and seed from calibration: no augmented evaluation image equals a calibration one.
     _, limits = calibration.served_preprocessing(repository)
-    calibration_bytes = {s.data for s in calibration.make_samples(calibration.calibration_sources(repository), 48, calibration.CALIBRATION_SEED, calibration.CALIBRATION_PROFILE, limits)}
+    calibration_bytes = {
+        s.data
+        for s in calibration.make_samples(
+            calibration.calibration_sources(repository), 48, calibration.CALIBRATION_SEED, calibration.CALIBRATION_PROFILE, limits
+        )
+    }
     assert not calibration_bytes & {s.data for s in first.all}
 
 
@@ -87,7 +92,19 @@ def test_fp32_against_itself_passes_and_reports(classifier, tmp_path):
 
 def test_failed_gate_exits_1_with_a_report(classifier, tmp_path, capsys):
     fp32 = str(q.fp32_path(classifier.repository))
-    argv = ["evaluate", "--pipeline", classifier.name, "--int8", fp32, "--augmented-per-photo", "0", "--min-top1", "1.01", "--reports-dir", str(tmp_path)]
+    argv = [
+        "evaluate",
+        "--pipeline",
+        classifier.name,
+        "--int8",
+        fp32,
+        "--augmented-per-photo",
+        "0",
+        "--min-top1",
+        "1.01",
+        "--reports-dir",
+        str(tmp_path),
+    ]
     assert cli.main(argv) == 1
     assert "error: INT8 accuracy gate failed on 11 held-out images: top1_agreement 1.0000 < 1.01" in capsys.readouterr().err
     assert (tmp_path / "int8_evaluation.md").read_text().startswith("# INT8 accuracy gate: FAIL")
@@ -174,7 +191,9 @@ def test_served_scores_are_the_int8_models(int8_server, photo_bytes):
     _, scores, class_ids = _infer(server, [photo_bytes[n] for n in names])
     config = model_config.load_config(pipeline.model_dir("preprocess"))
     limits = preprocessing.limits_from_config(config)
-    batch = preprocessing.preprocess_batch([decode_rgb(photo_bytes[n], limits) for n in names], preprocessing.PreprocessSpec.from_config(config))
+    batch = preprocessing.preprocess_batch(
+        [decode_rgb(photo_bytes[n], limits) for n in names], preprocessing.PreprocessSpec.from_config(config)
+    )
     labels = classification.load_labels(pipeline.model_dir("postprocess") / "labels.txt", 1000)
     expected = {}
     for variant in ("cpu_int8", "cpu"):
@@ -193,7 +212,12 @@ def test_gate_through_the_served_ensemble(int8_server, tmp_path):
     server, pipeline = int8_server
     thresholds = evaluate.Thresholds(**REDUCED_GATE)  # the reduced calibration's model, as in test_quantize
     report = evaluate.evaluate(
-        pipeline.repository, server_url=server.grpc_url, augmented_per_photo=4, thresholds=thresholds, reports_dir=tmp_path, log=lambda _: None
+        pipeline.repository,
+        server_url=server.grpc_url,
+        augmented_per_photo=4,
+        thresholds=thresholds,
+        reports_dir=tmp_path,
+        log=lambda _: None,
     )
     assert report["mode"] == "server" and report["gate"]["pass"], report["gate"]
     assert "cosine_mean" not in report["gate"]["checks"]

@@ -57,9 +57,7 @@ def _dims(value: onnx.ValueInfoProto) -> list[int | str]:
     return [d.dim_param if d.HasField("dim_param") else d.dim_value for d in value.type.tensor_type.shape.dim]
 
 
-def test_io_matches_core_config_with_dynamic_batch(
-    onnx_model: onnx.ModelProto, core_config: model_config.ModelConfig
-) -> None:
+def test_io_matches_core_config_with_dynamic_batch(onnx_model: onnx.ModelProto, core_config: model_config.ModelConfig) -> None:
     for kind, values in (("input", onnx_model.graph.input), ("output", onnx_model.graph.output)):
         (config_tensor,) = core_config.input if kind == "input" else core_config.output
         (value,) = values
@@ -107,9 +105,7 @@ def _classify(exported: export_onnx.ExportResult, photo_bytes: dict[str, bytes],
     return [labels[i] for i in logits.argmax(axis=1)]
 
 
-def test_onnxruntime_classifies_real_photos(
-    exported: export_onnx.ExportResult, photo_bytes: dict[str, bytes]
-) -> None:
+def test_onnxruntime_classifies_real_photos(exported: export_onnx.ExportResult, photo_bytes: dict[str, bytes]) -> None:
     chelsea, coffee, camera = _classify(exported, photo_bytes, ["chelsea", "coffee", "camera"])
     assert chelsea in {"tiger cat", "Egyptian cat", "tabby"}
     assert coffee == "espresso"

@@ -38,7 +38,9 @@ def attribute(node: onnx.NodeProto, name: str) -> object:
     found = [a for a in node.attribute if a.name == name]
     assert found, f"{node.op_type} has no attribute {name}"
     value = helper.get_attribute_value(found[0])
-    return list(value) if isinstance(value, (list, tuple)) or hasattr(value, "__iter__") and not isinstance(value, (str, bytes)) else value
+    return (
+        list(value) if isinstance(value, (list, tuple)) or (hasattr(value, "__iter__") and not isinstance(value, (str, bytes))) else value
+    )
 
 
 def assert_same_outputs(before: onnx.ModelProto, after: onnx.ModelProto, *feeds: np.ndarray, atol: float = 1e-5) -> None:
@@ -140,7 +142,11 @@ def test_fuse_pad_into_conv_leaves_other_pads(pad_attrs, pad_value, second_consu
     if second_consumer:
         nodes.append(helper.make_node("Relu", ["padded"], ["z"]))
         outputs.append(value("z", None))
-    initializers = [const("pads", [0, 0, 1, 1, 0, 0, 1, 1], np.int64), const("value", pad_value, np.float32), const("w", rng_array(2, 3, 3, 3))]
+    initializers = [
+        const("pads", [0, 0, 1, 1, 0, 0, 1, 1], np.int64),
+        const("value", pad_value, np.float32),
+        const("w", rng_array(2, 3, 3, 3)),
+    ]
     before = model(nodes, [value("x", [1, 3, 6, 6])], outputs, initializers)
 
     result = fix(before, ["fuse_pad_into_conv"])
@@ -245,7 +251,12 @@ def test_remove_noops_removes_every_kind() -> None:
     ],
 )
 def test_remove_noops_keeps_nodes_that_compute(node, initializers) -> None:
-    before = model([node], [value("x", ["n", 3, 5])], [value("y", None, TensorProto.FLOAT16 if node.op_type == "Cast" else TensorProto.FLOAT)], initializers)
+    before = model(
+        [node],
+        [value("x", ["n", 3, 5])],
+        [value("y", None, TensorProto.FLOAT16 if node.op_type == "Cast" else TensorProto.FLOAT)],
+        initializers,
+    )
     graph = gs.import_onnx(onnx.shape_inference.infer_shapes(before))
     assert graph_fixes.noop_reason(graph.nodes[0], graph) is None
     assert graph_fixes.remove_noops(graph) == 0
@@ -475,8 +486,10 @@ def test_fix_keeps_qdq_pairs() -> None:
         helper.make_node("Conv", ["xd", "w"], ["y"], kernel_shape=[1, 1]),
     ]
     initializers = [
-        const("s", 0.05, np.float32), const("zp", 0, np.int8),
-        const("wq", np.arange(-6, 6, dtype=np.int8).reshape(4, 3, 1, 1)), const("ws", [0.1, 0.2, 0.3, 0.4], np.float32),
+        const("s", 0.05, np.float32),
+        const("zp", 0, np.int8),
+        const("wq", np.arange(-6, 6, dtype=np.int8).reshape(4, 3, 1, 1)),
+        const("ws", [0.1, 0.2, 0.3, 0.4], np.float32),
         const("wzp", [0, 0, 0, 0], np.int8),
     ]
     before = model(nodes, [value("x", [1, 3, 4, 4])], [value("y", None)], initializers, opset=19, ir_version=9)

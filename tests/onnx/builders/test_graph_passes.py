@@ -24,9 +24,7 @@ def reduced_shape(axes: list[int], keepdims: int, unknown_axes: bool) -> list[in
     return [dim for i, dim in enumerate(shape) if i not in reduced]
 
 
-def reduce_mean_model(
-    opset: int, axes: list[int], keepdims: int = 1, axes_as_graph_input: bool = False
-) -> onnx.ModelProto:
+def reduce_mean_model(opset: int, axes: list[int], keepdims: int = 1, axes_as_graph_input: bool = False) -> onnx.ModelProto:
     """x -> ReduceMean -> y, with axes as an attribute (opset < 18) or an input (opset >= 18)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", *SHAPE[1:]])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, reduced_shape(axes, keepdims, axes_as_graph_input))
@@ -88,9 +86,7 @@ def test_reduce_mean_becomes_global_average_pool(opset: int, axes: list[int]) ->
         (18, [2, 3], 1, True),  # axes only known at run time
     ],
 )
-def test_reduce_mean_left_alone_when_not_spatial(
-    opset: int, axes: list[int], keepdims: int, axes_as_graph_input: bool
-) -> None:
+def test_reduce_mean_left_alone_when_not_spatial(opset: int, axes: list[int], keepdims: int, axes_as_graph_input: bool) -> None:
     model = reduce_mean_model(opset, axes, keepdims, axes_as_graph_input)
     rewritten, counts = graph_passes.apply_passes(model, ["reduce_mean_to_global_average_pool"])
     assert counts == {"reduce_mean_to_global_average_pool": 0}

@@ -20,12 +20,22 @@ CLASSIFIER = layout.pipeline("image_classifier")
 INT64, INT8, UINT8, INT32 = TensorProto.INT64, TensorProto.INT8, TensorProto.UINT8, TensorProto.INT32
 
 
-def one(op: str, inputs: list[str], attrs: dict | None = None, shape: list | None = None, initializers: list | None = None,
-        opset: int = 17, domain: str = "", outputs: int = 1, in_type: int = TensorProto.FLOAT, extra_inputs: list | None = None) -> onnx.ModelProto:
+def one(
+    op: str,
+    inputs: list[str],
+    attrs: dict | None = None,
+    shape: list | None = None,
+    initializers: list | None = None,
+    opset: int = 17,
+    domain: str = "",
+    outputs: int = 1,
+    in_type: int = TensorProto.FLOAT,
+    extra_inputs: list | None = None,
+) -> onnx.ModelProto:
     """A one-node model: input x (``shape``), the node, its outputs as graph outputs."""
     names = ["y"] + [f"y{i}" for i in range(1, outputs)]
     node = helper.make_node(op, inputs, names, domain=domain or None, **(attrs or {}))
-    graph_inputs = [value("x", shape or [1, 3, 8, 8], in_type)] + list(extra_inputs or [])
+    graph_inputs = [value("x", shape or [1, 3, 8, 8], in_type), *list(extra_inputs or [])]
     return model([node], graph_inputs, [value(n, None) for n in names], initializers or [], opset=opset, domains=[domain] if domain else [])
 
 
@@ -57,7 +67,9 @@ def resize(mode: str = "linear", coordinate: str = "half_pixel", antialias: int 
     return one("Resize", ["x", "", "scales"], attrs, initializers=[const("scales", [1, 1, 2, 2], np.float32)], opset=18)
 
 
-def qdq(zero_point: object = 0, zp_type: object = np.int8, scale_size: int = 1, axis: int = 1, implicit: bool = False, scale_input: bool = False) -> onnx.ModelProto:
+def qdq(
+    zero_point: object = 0, zp_type: object = np.int8, scale_size: int = 1, axis: int = 1, implicit: bool = False, scale_input: bool = False
+) -> onnx.ModelProto:
     scale = const("scale", np.full(scale_size, 0.05, np.float32) if scale_size > 1 else np.float32(0.05))
     zp = const("zp", np.full(scale_size, zero_point, zp_type) if scale_size > 1 else np.array(zero_point, zp_type))
     q_inputs = ["x", "scale"] if implicit else ["x", "scale", "zp"]
@@ -98,10 +110,19 @@ def pad_into(consumer: str, pads_node: Callable[[], list] | None = None, value_:
         initializers.append(const("pads", [0, 0, 1, 1, 0, 0, 1, 1], np.int64))
     else:
         nodes += pads_node()
-        initializers += [const("half_a", [0, 0, 1, 0, 0, 0, 1, 0], np.int64), const("half_b", [0, 0, 0, 1, 0, 0, 0, 1], np.int64),
-                         const("zero", 0, np.int64), const("axes", [0], np.int64), const("seven", [0] * 7, np.int64)]
+        initializers += [
+            const("half_a", [0, 0, 1, 0, 0, 0, 1, 0], np.int64),
+            const("half_b", [0, 0, 0, 1, 0, 0, 0, 1], np.int64),
+            const("zero", 0, np.int64),
+            const("axes", [0], np.int64),
+            const("seven", [0] * 7, np.int64),
+        ]
     nodes.append(helper.make_node("Pad", ["x", "pads", "value"], ["padded"]))
-    nodes.append(helper.make_node("Conv", ["padded", "w"], ["y"], kernel_shape=[3, 3]) if consumer == "Conv" else helper.make_node("Relu", ["padded"], ["y"]))
+    nodes.append(
+        helper.make_node("Conv", ["padded", "w"], ["y"], kernel_shape=[3, 3])
+        if consumer == "Conv"
+        else helper.make_node("Relu", ["padded"], ["y"])
+    )
     return model(nodes, [value("x", ["n", 3, 8, 8])], [value("y", None)], initializers)
 
 
@@ -192,50 +213,165 @@ RULES: list = [
     ("resize-cubic", lambda: resize("cubic"), resize, "warning", "unsupported-attribute", None),
     ("resize-crop", lambda: resize(coordinate="tf_crop_and_resize"), resize, "error", "unsupported-attribute", None),
     ("resize-antialias", lambda: resize(antialias=1), resize, "error", "unsupported-attribute", None),
-    ("pad-mode", lambda: one("Pad", ["x", "p"], {"mode": "symmetric"}, initializers=[const("p", [0] * 8, np.int64)]),
-     lambda: one("Pad", ["x", "p"], {"mode": "edge"}, initializers=[const("p", [0, 0, 1, 1, 0, 0, 1, 1], np.int64)]),
-     "error", "unsupported-attribute", None),
-    ("pool-dilations", lambda: one("MaxPool", ["x"], {"kernel_shape": [2, 2], "dilations": [2, 2]}),
-     lambda: one("MaxPool", ["x"], {"kernel_shape": [2, 2]}), "error", "unsupported-attribute", None),
-    ("pool-indices", lambda: one("MaxPool", ["x"], {"kernel_shape": [2, 2]}, outputs=2),
-     lambda: one("MaxPool", ["x"], {"kernel_shape": [2, 2]}), "error", "unsupported-attribute", None),
-    ("topk-unsorted", lambda: one("TopK", ["x", "k"], {"sorted": 0}, initializers=[const("k", [3], np.int64)], outputs=2),
-     lambda: one("TopK", ["x", "k"], initializers=[const("k", [3], np.int64)], outputs=2), "error", "unsupported-attribute", None),
-    ("topk-large-k", lambda: one("TopK", ["x", "k"], shape=[1, 5000], initializers=[const("k", [4000], np.int64)], outputs=2),
-     lambda: one("TopK", ["x", "k"], shape=[1, 5000], initializers=[const("k", [100], np.int64)], outputs=2), "error", "unsupported-attribute", None),
-    ("scatternd", lambda: one("ScatterND", ["x", "i", "u"], {"reduction": "add"}, shape=[4], opset=18,
-                              initializers=[const("i", [[1]], np.int64), const("u", [1.0], np.float32)]),
-     lambda: one("ScatterND", ["x", "i", "u"], shape=[4], opset=18, initializers=[const("i", [[1]], np.int64), const("u", [1.0], np.float32)]),
-     "error", "unsupported-attribute", None),
-    ("dropout-training", lambda: one("Dropout", ["x", "r", "t"], initializers=[const("r", 0.5, np.float32), const("t", True, np.bool_)]),
-     lambda: one("Dropout", ["x", "r"], initializers=[const("r", 0.5, np.float32)]), "error", "unsupported-attribute", None),
+    (
+        "pad-mode",
+        lambda: one("Pad", ["x", "p"], {"mode": "symmetric"}, initializers=[const("p", [0] * 8, np.int64)]),
+        lambda: one("Pad", ["x", "p"], {"mode": "edge"}, initializers=[const("p", [0, 0, 1, 1, 0, 0, 1, 1], np.int64)]),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
+    (
+        "pool-dilations",
+        lambda: one("MaxPool", ["x"], {"kernel_shape": [2, 2], "dilations": [2, 2]}),
+        lambda: one("MaxPool", ["x"], {"kernel_shape": [2, 2]}),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
+    (
+        "pool-indices",
+        lambda: one("MaxPool", ["x"], {"kernel_shape": [2, 2]}, outputs=2),
+        lambda: one("MaxPool", ["x"], {"kernel_shape": [2, 2]}),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
+    (
+        "topk-unsorted",
+        lambda: one("TopK", ["x", "k"], {"sorted": 0}, initializers=[const("k", [3], np.int64)], outputs=2),
+        lambda: one("TopK", ["x", "k"], initializers=[const("k", [3], np.int64)], outputs=2),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
+    (
+        "topk-large-k",
+        lambda: one("TopK", ["x", "k"], shape=[1, 5000], initializers=[const("k", [4000], np.int64)], outputs=2),
+        lambda: one("TopK", ["x", "k"], shape=[1, 5000], initializers=[const("k", [100], np.int64)], outputs=2),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
+    (
+        "scatternd",
+        lambda: one(
+            "ScatterND",
+            ["x", "i", "u"],
+            {"reduction": "add"},
+            shape=[4],
+            opset=18,
+            initializers=[const("i", [[1]], np.int64), const("u", [1.0], np.float32)],
+        ),
+        lambda: one(
+            "ScatterND", ["x", "i", "u"], shape=[4], opset=18, initializers=[const("i", [[1]], np.int64), const("u", [1.0], np.float32)]
+        ),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
+    (
+        "dropout-training",
+        lambda: one("Dropout", ["x", "r", "t"], initializers=[const("r", 0.5, np.float32), const("t", True, np.bool_)]),
+        lambda: one("Dropout", ["x", "r"], initializers=[const("r", 0.5, np.float32)]),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
     ("lstm-layout", lambda: lstm(1), lambda: lstm(0), "error", "unsupported-attribute", None),
-    ("constant-string", lambda: model([helper.make_node("Constant", [], ["y"], value_string="s")], [], [value("y", None, TensorProto.STRING)]),
-     lambda: model([helper.make_node("Constant", [], ["y"], value_float=1.0)], [], [value("y", None)]), "error", "unsupported-attribute", None),
-    ("layernorm-outputs", lambda: one("LayerNormalization", ["x", "s"], initializers=[const("s", np.ones(8, np.float32))], outputs=2),
-     lambda: one("LayerNormalization", ["x", "s"], initializers=[const("s", np.ones(8, np.float32))]), "error", "unsupported-attribute", None),
-    ("gridsample-rank", lambda: one("GridSample", ["x", "g"], shape=[1, 3, 4, 4, 4], opset=20, extra_inputs=[value("g", [1, 2, 2, 2, 3])]),
-     lambda: one("GridSample", ["x", "g"], opset=16, extra_inputs=[value("g", [1, 2, 2, 2])]), "error", "unsupported-attribute", None),
-    ("eyelike-dynamic", lambda: one("EyeLike", ["x"], shape=["n", 3]), lambda: one("EyeLike", ["x"], shape=[3, 3]), "error", "unsupported-attribute", 1),
+    (
+        "constant-string",
+        lambda: model([helper.make_node("Constant", [], ["y"], value_string="s")], [], [value("y", None, TensorProto.STRING)]),
+        lambda: model([helper.make_node("Constant", [], ["y"], value_float=1.0)], [], [value("y", None)]),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
+    (
+        "layernorm-outputs",
+        lambda: one("LayerNormalization", ["x", "s"], initializers=[const("s", np.ones(8, np.float32))], outputs=2),
+        lambda: one("LayerNormalization", ["x", "s"], initializers=[const("s", np.ones(8, np.float32))]),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
+    (
+        "gridsample-rank",
+        lambda: one("GridSample", ["x", "g"], shape=[1, 3, 4, 4, 4], opset=20, extra_inputs=[value("g", [1, 2, 2, 2, 3])]),
+        lambda: one("GridSample", ["x", "g"], opset=16, extra_inputs=[value("g", [1, 2, 2, 2])]),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
+    (
+        "eyelike-dynamic",
+        lambda: one("EyeLike", ["x"], shape=["n", 3]),
+        lambda: one("EyeLike", ["x"], shape=[3, 3]),
+        "error",
+        "unsupported-attribute",
+        1,
+    ),
     ("nms-rank", lambda: nms(2), nms, "error", "unsupported-attribute", None),
     ("nms", nms, clean, "info", "nms", None),
-    ("einsum-uppercase", lambda: einsum("IJ,JK->IK", [[2, 3], [3, 4]]), lambda: einsum("ij,jk->ik", [[2, 3], [3, 4]]), "error", "unsupported-attribute", None),
+    (
+        "einsum-uppercase",
+        lambda: einsum("IJ,JK->IK", [[2, 3], [3, 4]]),
+        lambda: einsum("ij,jk->ik", [[2, 3], [3, 4]]),
+        "error",
+        "unsupported-attribute",
+        None,
+    ),
     ("einsum-matmul", lambda: einsum("bij,bjk->bik", [[2, 3, 4], [2, 4, 5]]), clean, "info", "einsum", None),
-    ("einsum-ellipsis", lambda: einsum("...ij,...jk->...ik", [[2, 3, 4], [2, 4, 5]]), lambda: einsum("bij,bjk->bik", [[2, 3, 4], [2, 4, 5]]), "warning", "einsum", None),
+    (
+        "einsum-ellipsis",
+        lambda: einsum("...ij,...jk->...ik", [[2, 3, 4], [2, 4, 5]]),
+        lambda: einsum("bij,bjk->bik", [[2, 3, 4], [2, 4, 5]]),
+        "warning",
+        "einsum",
+        None,
+    ),
     ("qdq-asymmetric", lambda: qdq(zero_point=3), qdq, "error", "qdq-asymmetric", None),
     ("qdq-uint8", lambda: qdq(zp_type=np.uint8), qdq, "error", "qdq-uint8", None),
     ("qdq-implicit", lambda: qdq(implicit=True), qdq, "warning", "qdq-implicit-uint8", None),
     ("qdq-int32-bias", lambda: dequantize(np.int32), lambda: dequantize(np.int8), "error", "qdq-dtype", None),
     ("qdq-scale-runtime", lambda: qdq(scale_input=True), qdq, "error", "dynamic-parameter", None),
-    ("qdq-per-channel-activation", lambda: qdq(scale_size=3), lambda: dequantize(np.int8, scale_size=3), "warning", "qdq-per-channel-activation", None),
+    (
+        "qdq-per-channel-activation",
+        lambda: qdq(scale_size=3),
+        lambda: dequantize(np.int8, scale_size=3),
+        "warning",
+        "qdq-per-channel-activation",
+        None,
+    ),
     ("qdq-per-channel-weight-pair", lambda: qdq(scale_size=3), quantized_weight, "warning", "qdq-per-channel-activation", None),
     ("int64-io", lambda: one("Cast", ["x"], {"to": TensorProto.FLOAT}, in_type=INT64), clean, "warning", "int64-io", None),
     ("io-dtype", lambda: one("Cast", ["x"], {"to": TensorProto.FLOAT}, in_type=INT8), clean, "error", "io-dtype", None),
     ("dynamic-dim", lambda: one("Relu", ["x"], shape=[1, 3, "h", 8]), clean, "warning", "dynamic-dim", None),
-    ("batch-undeclared", lambda: one("Relu", ["x"], shape=["n", 3]), lambda: with_profile(one("Relu", ["x"], shape=["n", 3])), "info", "batch-range-undeclared", None),
+    (
+        "batch-undeclared",
+        lambda: one("Relu", ["x"], shape=["n", 3]),
+        lambda: with_profile(one("Relu", ["x"], shape=["n", 3])),
+        "info",
+        "batch-range-undeclared",
+        None,
+    ),
     ("static-batch", lambda: one("Relu", ["x"], shape=[1, 3]), lambda: one("Relu", ["x"], shape=["n", 3]), "warning", "static-batch", 8),
-    ("batch-mismatch", lambda: with_profile(one("Relu", ["x"], shape=["n", 3])), lambda: one("Relu", ["x"], shape=["n", 3]), "warning", "batch-range-mismatch", 32),
-    ("batch-profile", lambda: with_profile(one("Relu", ["x"], shape=["n", 3]), "{not json"), lambda: with_profile(one("Relu", ["x"], shape=["n", 3])), "error", "batch-profile", None),
+    (
+        "batch-mismatch",
+        lambda: with_profile(one("Relu", ["x"], shape=["n", 3])),
+        lambda: one("Relu", ["x"], shape=["n", 3]),
+        "warning",
+        "batch-range-mismatch",
+        32,
+    ),
+    (
+        "batch-profile",
+        lambda: with_profile(one("Relu", ["x"], shape=["n", 3]), "{not json"),
+        lambda: with_profile(one("Relu", ["x"], shape=["n", 3])),
+        "error",
+        "batch-profile",
+        None,
+    ),
     ("runtime-pads-folds", lambda: pad_into("Conv", folded_pads), lambda: pad_into("Conv"), "warning", "runtime-pads", 8),
     ("runtime-pads-batch", lambda: pad_into("Relu", batch_dependent_pads), lambda: pad_into("Relu"), "warning", "runtime-pads", 8),
     ("pad-before-conv", lambda: pad_into("Conv"), lambda: pad_into("Conv", value_=1.0), "info", "pad-before-conv", 8),
@@ -243,13 +379,23 @@ RULES: list = [
     ("dynamic-parameter", lambda: reduce_sum("input"), lambda: reduce_sum("constant"), "error", "dynamic-parameter", None),
     ("foldable-subgraph", lambda: reshape("folded"), lambda: reshape("constant"), "info", "foldable-subgraph", 8),
     ("runtime-shape", lambda: reshape("batch"), lambda: reshape("other"), "info", "runtime-shape", 8),
-    ("noop", lambda: model([helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])], [value("x", [1, 3])], [value("y", None)]),
-     clean, "info", "noop-node", None),
+    (
+        "noop",
+        lambda: model(
+            [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])], [value("x", [1, 3])], [value("y", None)]
+        ),
+        clean,
+        "info",
+        "noop-node",
+        None,
+    ),
 ]
 
 
 @pytest.mark.parametrize("positive, negative, severity, code, max_batch", [pytest.param(*case[1:], id=case[0]) for case in RULES])
-def test_rule(positive: Callable[[], onnx.ModelProto], negative: Callable[[], onnx.ModelProto], severity: str, code: str, max_batch: int | None) -> None:
+def test_rule(
+    positive: Callable[[], onnx.ModelProto], negative: Callable[[], onnx.ModelProto], severity: str, code: str, max_batch: int | None
+) -> None:
     assert (severity, code) in findings(positive(), max_batch), f"{code} not reported"
     assert (severity, code) not in findings(negative(), max_batch), f"{code} reported on the negative case"
 
@@ -260,8 +406,13 @@ def test_findings_name_the_fix_that_repairs_them() -> None:
     assert finding(reshape("batch"), "runtime-shape", 8).fix[-1] == "batch_reshape_placeholder"
     assert finding(einsum("...ij,...jk->...ik", [[2, 3, 4], [2, 4, 5]]), "einsum").fix == ("einsum_to_matmul",)
     assert finding(einsum("ii->i", [[3, 3]]), "einsum").fix == ()
-    mediapipe = one("Convolution2DTransposeBias", ["x", "w", "b"], domain="mediapipe", shape=[1, 4, 4, 3],
-                    initializers=[const("w", rng_array(2, 2, 2, 3)), const("b", rng_array(2))])
+    mediapipe = one(
+        "Convolution2DTransposeBias",
+        ["x", "w", "b"],
+        domain="mediapipe",
+        shape=[1, 4, 4, 3],
+        initializers=[const("w", rng_array(2, 2, 2, 3)), const("b", rng_array(2))],
+    )
     assert finding(mediapipe, "custom-domain-op").fix == ("custom_op_rewrites",)
     assert finding(one("FusedConv", ["x"], domain="com.microsoft"), "custom-domain-op").fix == ()
     assert "deprecated since 10.12" in finding(one("EfficientNMS_TRT", ["x"]), "unsupported-op").message

@@ -59,9 +59,7 @@ def test_copy_of_one_pipeline_is_consistent(root):
 
 
 def test_command_line_reports_ok():
-    result = subprocess.run(
-        [sys.executable, "-m", "vision_serving.consistency"], capture_output=True, text=True, check=False
-    )
+    result = subprocess.run([sys.executable, "-m", "vision_serving.consistency"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     pipelines = layout.pipelines()
     # Each pipeline: its ensemble and three composing models.
@@ -82,19 +80,55 @@ def test_command_line_lists_problems_and_exits_1(root, copied):
 @pytest.mark.parametrize(
     "model, file, old, new, problem",
     [
-        ("ensemble", "config.pbtxt", 'value: "pixels" }\n    },', 'value: "pixelz" }\n    },', "'pixels' is not produced by an earlier step"),
-        ("ensemble", "config.pbtxt", 'input_map { key: "images"', 'input_map { key: "image"', "input_map key 'image' is not an input of the model"),
+        (
+            "ensemble",
+            "config.pbtxt",
+            'value: "pixels" }\n    },',
+            'value: "pixelz" }\n    },',
+            "'pixels' is not produced by an earlier step",
+        ),
+        (
+            "ensemble",
+            "config.pbtxt",
+            'input_map { key: "images"',
+            'input_map { key: "image"',
+            "input_map key 'image' is not an input of the model",
+        ),
         ("core", "configs/cpu.pbtxt", "dims: [ 1000 ]", "dims: [ 1001 ]", "differ in inputs, outputs or max_batch_size"),
         ("core", "config.pbtxt", "dims: [ 3, 224, 224 ]", "dims: [ 3, 256, 256 ]", "expects TYPE_FP32[3, 256, 256]"),
-        ("postprocess", "config.pbtxt", "data_type: TYPE_FP32\n    dims: [ 1000 ]", "data_type: TYPE_FP16\n    dims: [ 1000 ]", "expects TYPE_FP16"),
+        (
+            "postprocess",
+            "config.pbtxt",
+            "data_type: TYPE_FP32\n    dims: [ 1000 ]",
+            "data_type: TYPE_FP16\n    dims: [ 1000 ]",
+            "expects TYPE_FP16",
+        ),
         ("preprocess", "config.pbtxt", 'string_value: "bicubic"', 'string_value: "lanczos"', "interpolation 'lanczos'"),
         ("preprocess", "config.pbtxt", 'string_value: "NCHW"', 'string_value: "NHWC"', "not a square 3-channel NHWC image"),
         ("postprocess", "config.pbtxt", 'string_value: "5"', 'string_value: "0"', "TOP_K must be between 1 and 1000"),
         ("ensemble", "config.pbtxt", "max_batch_size: 32", "max_batch_size: 64", "ensemble max_batch_size 64 exceeds"),
         ("preprocess", "config.pbtxt", "data_type: TYPE_STRING", "data_type: TYPE_STRNG", "image_classifier_preprocess/config.pbtxt"),
-        ("ensemble", "config.pbtxt", '      output_map { key: "CLASS_IDS" value: "CLASS_IDS" }\n', "", "output 'CLASS_IDS' is not produced by any step"),
-        ("ensemble", "config.pbtxt", 'model_name: "image_classifier_core"', 'model_name: "core"', "step 1 ('core'): no such model in the repository"),
-        ("core", "config.pbtxt", 'name: "image_classifier_core"', 'name: "core"', "name 'core' differs from its folder 'image_classifier_core'"),
+        (
+            "ensemble",
+            "config.pbtxt",
+            '      output_map { key: "CLASS_IDS" value: "CLASS_IDS" }\n',
+            "",
+            "output 'CLASS_IDS' is not produced by any step",
+        ),
+        (
+            "ensemble",
+            "config.pbtxt",
+            'model_name: "image_classifier_core"',
+            'model_name: "core"',
+            "step 1 ('core'): no such model in the repository",
+        ),
+        (
+            "core",
+            "config.pbtxt",
+            'name: "image_classifier_core"',
+            'name: "core"',
+            "name 'core' differs from its folder 'image_classifier_core'",
+        ),
     ],
 )
 def test_broken_pipeline_is_reported(root, copied, model, file, old, new, problem):
@@ -124,10 +158,9 @@ def test_duplicate_model_name_across_pipelines(root):
     # from its --model-repository folders.
     shutil.copytree(CLASSIFIER.model_dir("postprocess"), segmenter.repository / CLASSIFIER.model_name("postprocess"), ignore=IGNORED)
     problems = consistency.check_repository(root)
-    assert (
-        "model 'image_classifier_postprocess' is in both image_classifier and person_segmenter: Triton needs unique names"
-        in problems
-    ), problems
+    assert "model 'image_classifier_postprocess' is in both image_classifier and person_segmenter: Triton needs unique names" in problems, (
+        problems
+    )
 
 
 def test_repository_without_pipelines(tmp_path):

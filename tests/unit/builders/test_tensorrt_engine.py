@@ -9,6 +9,7 @@ imports and `nvidia-smi` sees a GPU (the builder image on a GPU host:
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import types
@@ -27,6 +28,7 @@ CLASSIFIER = layout.pipeline("image_classifier")
 PIPELINE_ARGS = ["--pipeline", CLASSIFIER.name]
 H100 = te.GpuFacts("NVIDIA H100 80GB HBM3", "9.0", "580.65.06", "13.0")
 L4 = te.GpuFacts("NVIDIA L4", "8.9", "580.65.06", "13.0")
+
 
 def provenance(trt: str = "10.13.3.9", cc: str = "9.0") -> dict:
     return {"tensorrt": {"version": trt}, "gpu": {"name": "NVIDIA H100 80GB HBM3", "compute_capability": cc}}
@@ -48,7 +50,7 @@ def test_profile_from_the_real_core_config():
 
 @pytest.mark.parametrize("opt", [0, 5, 100])
 def test_profile_rejects_an_opt_batch_outside_the_range(opt):
-    with pytest.raises(model_config.ConfigError, match="outside 1..4"):
+    with pytest.raises(model_config.ConfigError, match=r"outside 1\.\.4"):
         te.optimization_profile(core_config(), opt_batch=opt)
 
 
@@ -64,7 +66,7 @@ def test_the_cpu_variant_is_not_taken_for_the_plan(tmp_path):
     assert te.load_core_config(pipeline.repository).name == "tiny_core"
     config = pipeline.core_dir / "config.pbtxt"
     config.write_text(TINY_CONFIG.replace('platform: "tensorrt_plan"', 'backend: "python"'))
-    with pytest.raises(model_config.ConfigError, match="tiny_core/config.pbtxt: platform is 'python', expected 'tensorrt_plan'"):
+    with pytest.raises(model_config.ConfigError, match=re.escape("tiny_core/config.pbtxt: platform is 'python', expected 'tensorrt_plan'")):
         te.load_core_config(pipeline.repository)
 
 
@@ -108,7 +110,7 @@ def test_network_flags_for_tensorrt_10_and_11():
     assert te.network_creation_flags(fake_trt("12.0.0.1", strongly_typed=False)) == (0, [])
     with pytest.raises(BuildError, match="too old"):
         te.network_creation_flags(fake_trt("10.7.0.23"))
-    with pytest.raises(BuildError, match="no NetworkDefinitionCreationFlag.STRONGLY_TYPED"):
+    with pytest.raises(BuildError, match=r"no NetworkDefinitionCreationFlag\.STRONGLY_TYPED"):
         te.network_creation_flags(fake_trt("10.9.0.1", strongly_typed=False))
 
 
@@ -266,9 +268,15 @@ def test_module_entry_point_runs_with_only_the_serving_requirements(tmp_path):
     blocked = "import sys, runpy; [sys.modules.__setitem__(m, None) for m in ('onnx', 'onnx_graphsurgeon', 'torch', 'cv2', 'tensorrt')]; "
     run = "sys.argv = ['x', 'verify-plan', '--pipeline', 'image_classifier', '--plan', sys.argv[1]]; runpy.run_module('builders.tensorrt_engine', run_name='__main__')"
     completed = subprocess.run(
-        [sys.executable, "-c", blocked + run, str(tmp_path / "model.plan")], capture_output=True, text=True, cwd=REPOSITORY_ROOT, check=False
+        [sys.executable, "-c", blocked + run, str(tmp_path / "model.plan")],
+        capture_output=True,
+        text=True,
+        cwd=REPOSITORY_ROOT,
+        check=False,
     )
-    assert completed.returncode == 2 and completed.stderr.strip().endswith("no such plan (run python -m builders build-engine)"), completed.stderr
+    assert completed.returncode == 2 and completed.stderr.strip().endswith("no such plan (run python -m builders build-engine)"), (
+        completed.stderr
+    )
 
 
 def test_cli_needs_the_pipeline_when_the_repository_has_several(tmp_path, capsys):
@@ -290,8 +298,21 @@ def test_module_type_checks_strictly():
     """TensorRT has no stubs: its objects are `Any`; everything else in the module is typed."""
     pytest.importorskip("mypy", reason="mypy is not installed")
     completed = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--ignore-missing-imports", "--follow-imports=silent",
-         "--cache-dir", str(REPOSITORY_ROOT / ".build" / "mypy"), "builders/tensorrt_engine.py"],
-        capture_output=True, text=True, cwd=REPOSITORY_ROOT, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--ignore-missing-imports",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(REPOSITORY_ROOT / ".build" / "mypy"),
+            "builders/tensorrt_engine.py",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPOSITORY_ROOT,
+        timeout=300,
+        check=False,
     )
     assert completed.returncode == 0, completed.stdout

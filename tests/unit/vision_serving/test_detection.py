@@ -149,9 +149,7 @@ def test_anchors_ssd_example_with_reduced_lowest_layer():
     anchors = D.ssd_anchors(o)
     assert anchors.shape == (1917, 4)
     np.testing.assert_allclose(anchors, reference_anchors(o), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(
-        anchors[:3, 2:], [[0.1, 0.1], [0.2 * 2**0.5, 0.2 / 2**0.5], [0.2 / 2**0.5, 0.2 * 2**0.5]], rtol=1e-6
-    )
+    np.testing.assert_allclose(anchors[:3, 2:], [[0.1, 0.1], [0.2 * 2**0.5, 0.2 / 2**0.5], [0.2 / 2**0.5, 0.2 * 2**0.5]], rtol=1e-6)
 
 
 def test_anchor_options_validate():
@@ -296,9 +294,7 @@ def test_nms_matches_a_direct_transcription_of_mediapipe():
     thresholds = np.array([0.5, 0.3, 0.8], np.float32)
     out_b, out_k, out_s, counts = D.weighted_nms(boxes, kps, scores, thresholds, 0.3)
     for i in range(n):
-        ref = reference_weighted_nms(
-            boxes[i].astype(np.float64), kps[i].astype(np.float64), scores[i], thresholds[i], 0.3
-        )
+        ref = reference_weighted_nms(boxes[i].astype(np.float64), kps[i].astype(np.float64), scores[i], thresholds[i], 0.3)
         assert counts[i] == len(ref)
         for j, (rb, rk, rs) in enumerate(ref):
             np.testing.assert_allclose(out_b[i, j], rb, atol=1e-5)
@@ -329,9 +325,7 @@ def test_nms_max_detections_cap():
 
 
 def test_nms_drops_negative_sizes_and_stops_at_a_degenerate_top_box():
-    boxes = np.array(
-        [[[0.1, 0.1, 0.3, 0.3], [0.5, 0.5, 0.4, 0.7], [0.6, 0.6, 0.6, 0.6], [0.7, 0.1, 0.9, 0.3]]], np.float32
-    )
+    boxes = np.array([[[0.1, 0.1, 0.3, 0.3], [0.5, 0.5, 0.4, 0.7], [0.6, 0.6, 0.6, 0.6], [0.7, 0.1, 0.9, 0.3]]], np.float32)
     kps = np.zeros((1, 4, 6, 2), np.float32)
     # box 1 has a negative width (dropped by TensorsToDetectionsCalculator); box 2 has zero
     # area, so its IoU with itself is 0: MediaPipe emits it unchanged and stops there.

@@ -58,7 +58,7 @@ def reference_preprocess(data: bytes, spec: preprocessing.PreprocessSpec) -> np.
     rows, cols = cubic_weights(height, new_h), cubic_weights(width, new_w)
     resized = np.stack([rows @ image[..., c] @ cols.T for c in range(3)], axis=-1)
     resized = np.clip(np.rint(resized), 0, 255)
-    top, left = int(round((new_h - spec.crop_size) / 2)), int(round((new_w - spec.crop_size) / 2))
+    top, left = round((new_h - spec.crop_size) / 2), round((new_w - spec.crop_size) / 2)
     crop = resized[top : top + spec.crop_size, left : left + spec.crop_size]
     normalized = (crop - np.array(spec.mean)) / np.array(spec.std)
     return normalized.transpose(2, 0, 1).astype(np.float32)
