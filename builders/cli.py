@@ -212,11 +212,13 @@ def _add_evaluate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     parser = subparsers.add_parser(
         "evaluate",
         parents=[common],
-        help="INT8 accuracy gate: FP32 vs INT8 on held-out photos (exit 1 when it fails)",
+        help="accuracy: your labelled --dataset (FP32 vs served precision), or the classifier's INT8 agreement gate",
         description=(
-            "Compare FP32 and INT8 (onnxruntime, graph optimizations disabled) on held-out photos never used for "
-            "calibration and seeded augmentations of them: top-1 agreement, top-5 overlap, logit cosine. With "
-            "--server-url, measure a running server's image_classifier instead. Reports go to .build/reports/."
+            "With --dataset DIR: the task's metric on your labelled images (classification: class-per-folder, top-1/"
+            "top-5 accuracy; segmentation: image + <name>.mask.png pairs, mIoU) for FP32 and for the precision the "
+            "ladder chose. Without: compare the classifier's FP32 and INT8 (onnxruntime, graph optimizations disabled) "
+            "on held-out photos: top-1 agreement, top-5 overlap, logit cosine; --server-url measures a running "
+            "server instead. Reports go to .build/reports/."
         ),
     )
     evaluate.add_arguments(parser)

@@ -380,6 +380,13 @@ def served_top_k(server_url: str, images: Sequence[bytes], repository: Path) -> 
 
 
 def add_arguments(parser: Any) -> None:
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        metavar="DIR",
+        help="your labelled images: accuracy (classification: DIR/<label>/*.jpg) or mIoU (segmentation: DIR/x.jpg + "
+        "DIR/x.mask.png) of FP32 and of the served precision (builders/dataset_eval.py)",
+    )
     parser.add_argument("--int8", type=Path, metavar="PATH", help="INT8 Q/DQ ONNX (default: core/1/model_int8_qdq.onnx)")
     parser.add_argument("--fp32", type=Path, metavar="PATH", help="FP32 reference ONNX (default: core/1/model.onnx)")
     parser.add_argument(
@@ -414,6 +421,11 @@ def add_arguments(parser: Any) -> None:
 
 
 def run_from_args(args: Any) -> int:
+    if args.dataset is not None:
+        from builders import dataset_eval
+
+        dataset_eval.evaluate_dataset(args.repository, args.dataset)
+        return 0
     evaluate(
         args.repository,
         int8=args.int8,
