@@ -32,8 +32,9 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
-from benchmarks import CLASSIFIER, cpu, images, loadgen, systems, triton_stats
+from benchmarks import CLASSIFIER, cpu, images, systems, triton_stats
 from benchmarks.run import STAT_MODELS, WORK_DIR
+from devtools import loadgen
 from devtools.triton_server import MODEL_REPOSITORY, LocalTritonServer
 from vision_serving import layout, model_config
 

@@ -39,8 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import CLASSIFIER, cpu, images, loadgen, pipeline, report, systems, triton_stats
+from benchmarks import CLASSIFIER, cpu, images, pipeline, report, systems, triton_stats
 from benchmarks import perf_analyzer as pa
+from devtools import loadgen
 from devtools.triton_server import BUILD_DIR, MODEL_REPOSITORY, LocalTritonServer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

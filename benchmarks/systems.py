@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from benchmarks import CLASSIFIER
-from benchmarks.loadgen import Sender, SenderFactory
+from devtools.loadgen import Sender, SenderFactory
 from devtools.triton_server import REPOSITORY_ROOT
 
 ENSEMBLE = CLASSIFIER.name

@@ -37,6 +37,10 @@ GOLDEN_LABELS: dict[str, frozenset[str]] = {
 WRONG_LABEL = "WRONG_LABEL"
 
 
+class WrongAnswer(Exception):
+    """A response arrived but its answer is wrong (counted apart from errors)."""
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -156,25 +160,34 @@ class LoadReport:
         }
 
 
-class LoadGenerator:
-    """``concurrency`` threads, each with its own gRPC client, classifying images in a loop until stopped.
+# A sender sends request number i and returns the answer's label (or None), raising on any failure;
+# a factory makes one sender per worker thread (clients are not shared between threads).
+Sender = Callable[[int], "str | None"]
+SenderFactory = Callable[[int], Sender]
 
-    Every response is checked: an error, a timeout or a top-1 label outside the
-    image's golden set is a failure.
+
+class LoadGenerator:
+    """``concurrency`` threads, each with its own sender, sending back-to-back requests until stopped.
+
+    By default each sender is a gRPC client classifying ``images`` in turn; every response is
+    checked: an error, a timeout or a top-1 label outside the image's golden set is a failure.
+    ``make_sender`` replaces it with any other request (the benchmarks' systems), and
+    :func:`closed_loop` measures a window of a run. The one load generator of the project.
     """
 
     def __init__(
         self,
-        url: str,
-        images: dict[str, bytes],
+        url: str = "",
+        images: dict[str, bytes] | None = None,
         expected: dict[str, frozenset[str]] | None = None,
         concurrency: int = 8,
         timeout_s: float = 60.0,
         pause_s: float = 0.0,
         error_pause_s: float = 0.05,
+        make_sender: SenderFactory | None = None,
     ) -> None:
         self.url = url
-        self.images = images
+        self.images = images or {}
         self.expected = expected if expected is not None else GOLDEN_LABELS
         self.concurrency = concurrency
         self.timeout_s = timeout_s
@@ -182,37 +195,56 @@ class LoadGenerator:
         # Back off a little after an error, as real clients do: a refusing server
         # answers at once, and spinning threads would starve it of CPU.
         self.error_pause_s = error_pause_s
+        self.make_sender = make_sender or self._classifier_sender
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self.outcomes: list[Outcome] = []
+        self.setup_errors: list[BaseException] = []
         self._started = 0.0
         self._stopped = 0.0
 
-    def _worker(self, index: int) -> None:
+    def _classifier_sender(self, index: int) -> Sender:
         client = grpcclient.InferenceServerClient(self.url)
         names = sorted(self.images)
-        turn = index
+
+        def send(request: int) -> str | None:
+            name = names[request % len(names)]
+            label = classify(client, self.images[name], timeout_s=self.timeout_s)
+            if name in self.expected and label not in self.expected[name]:
+                raise WrongAnswer(f"{WRONG_LABEL}: {name} -> {label!r}")
+            return label
+
+        return send
+
+    def _image_name(self, request: int) -> str:
+        names = sorted(self.images)
+        return names[request % len(names)] if names else str(request)
+
+    def _worker(self, index: int) -> None:
         try:
-            while not self._stop.is_set():
-                name = names[turn % len(names)]
-                turn += 1
-                started = time.monotonic()
-                label = error = None
-                try:
-                    label = classify(client, self.images[name], timeout_s=self.timeout_s)
-                    if name in self.expected and label not in self.expected[name]:
-                        error = f"{WRONG_LABEL}: {name} -> {label!r}"
-                except Exception as exc:  # every failure counts, whatever its type
-                    error = f"{status_of(exc)}: {exc}"
-                outcome = Outcome(started, time.monotonic(), name, label, error)
-                with self._lock:
-                    self.outcomes.append(outcome)
-                failed = error is not None and not error.startswith(WRONG_LABEL)
-                if self.pause_s or (failed and self.error_pause_s):
-                    self._stop.wait(self.pause_s + (self.error_pause_s if failed else 0.0))
-        finally:
-            client.close()
+            send = self.make_sender(index)
+        except BaseException as setup_error:
+            self.setup_errors.append(setup_error)
+            return
+        request = index
+        while not self._stop.is_set():
+            started = time.monotonic()
+            label: str | None = None
+            error: str | None = None
+            try:
+                label = send(request)
+            except WrongAnswer as wrong:
+                error = str(wrong)
+            except Exception as exc:  # every failure counts, whatever its type
+                error = f"{status_of(exc)}: {exc}"
+            outcome = Outcome(started, time.monotonic(), self._image_name(request), label, error)
+            with self._lock:
+                self.outcomes.append(outcome)
+            request += self.concurrency
+            failed = error is not None and not error.startswith(WRONG_LABEL)
+            if self.pause_s or (failed and self.error_pause_s):
+                self._stop.wait(self.pause_s + (self.error_pause_s if failed else 0.0))
 
     def start(self) -> LoadGenerator:
         self._started = time.monotonic()
@@ -244,6 +276,95 @@ class LoadGenerator:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+# --------------------------------------------------------------------------- a measured window (benchmarks)
+
+
+@dataclass
+class LoadResult:
+    concurrency: int
+    duration_s: float
+    completed: int
+    throughput: float  # requests per second in the window
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    mean_ms: float | None
+    errors: int
+    error_samples: list[str] = field(default_factory=list)
+    triton: dict | None = None  # per-model statistics over the window, when measured on Triton
+    # CPU time over the window (benchmarks/cpu.py): the server's process tree and this client process.
+    server_cpu_ms_per_request: float | None = None
+    server_cpus_used: float | None = None
+    client_cpu_ms_per_request: float | None = None
+
+    def add_cpu(self, server_s: float | None, client_s: float | None) -> None:
+        if self.completed and server_s is not None:
+            self.server_cpu_ms_per_request = round(server_s * 1e3 / self.completed, 2)
+            self.server_cpus_used = round(server_s / self.duration_s, 2)
+        if self.completed and client_s is not None:
+            self.client_cpu_ms_per_request = round(client_s * 1e3 / self.completed, 2)
+
+    def as_dict(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if not (key == "triton" and value is None)}
+
+
+MAX_ERROR_SAMPLES = 5
+
+
+def percentiles(latencies_s: list[float]) -> dict[str, float | None]:
+    if not latencies_s:
+        return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None}
+    values = np.asarray(latencies_s) * 1e3
+    p50, p95, p99 = np.percentile(values, [50, 95, 99])
+    return {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "mean_ms": float(values.mean())}
+
+
+def closed_loop(
+    make_sender: SenderFactory,
+    concurrency: int,
+    warmup_s: float,
+    duration_s: float,
+    on_window_start: Callable[[], None] | None = None,
+    on_window_end: Callable[[], None] | None = None,
+) -> LoadResult:
+    """A :class:`LoadGenerator` run of ``warmup_s + duration_s``, measured over the window.
+
+    Throughput counts the requests that *completed* inside the window (what
+    perf_analyzer reports too); latency percentiles are over those; errors over
+    the whole run (warm-up, window and drain): a benchmark with any error is not
+    a clean result.
+    """
+    generator = LoadGenerator(concurrency=concurrency, make_sender=make_sender, error_pause_s=0.0).start()
+    time.sleep(warmup_s)
+    if generator.setup_errors:
+        generator.stop()
+        raise RuntimeError(f"a load worker could not start: {generator.setup_errors[0]}")
+    if on_window_start:
+        on_window_start()
+    window_start = time.monotonic()
+    time.sleep(duration_s)
+    window_end = time.monotonic()
+    if on_window_end:
+        on_window_end()
+    report = generator.stop()
+    measured = [o.latency_s for o in report.outcomes if o.ok and window_start <= o.finished <= window_end]
+    failures = [o.error or "" for o in report.outcomes if not o.ok]
+    elapsed = window_end - window_start
+    stats = percentiles(measured)
+    return LoadResult(
+        concurrency=concurrency,
+        duration_s=round(elapsed, 3),
+        completed=len(measured),
+        throughput=len(measured) / elapsed,
+        p50_ms=stats["p50_ms"],
+        p95_ms=stats["p95_ms"],
+        p99_ms=stats["p99_ms"],
+        mean_ms=stats["mean_ms"],
+        errors=len(failures),
+        error_samples=sorted({f[:300] for f in failures})[:MAX_ERROR_SAMPLES],
+    )
 
 
 # --------------------------------------------------------------------------- processes and /dev/shm

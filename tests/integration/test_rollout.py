@@ -16,8 +16,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from onnx import helper
 
+from devtools import rollout
 from devtools.loadgen import GOLDEN_LABELS, LoadGenerator, ReadinessWatcher, classify, copy_repository, running_server
-from scripts import rollout
 
 pytestmark = pytest.mark.integration
 
