@@ -5,8 +5,8 @@ Reads ``core/<version>/model.onnx`` (the ``export`` step) and writes, beside it:
 - ``model_int8_qdq.onnx``: explicit quantization, what TensorRT >= 10 builds an
   INT8 engine from and what ``configs/cpu_int8.pbtxt`` serves on onnxruntime:
   QuantizeLinear/DequantizeLinear pairs, symmetric (zero-point 0), int8,
-  per-channel on weights (axis 0), per-tensor on activations, only standard
-  ONNX domains. Every one of these properties is checked (``qdq_violations``)
+  per-channel on weights (their op's output-channel axis), per-tensor on activations,
+  only standard ONNX domains. Every one of these properties (:mod:`builders.qdq_rules`) is checked (``qdq_violations``)
   before anything is written; a violation fails the step.
 - ``model_int8_qdq.onnx.json``: provenance (ModelOpt version, method,
   exclusions, calibration set hash, input ONNX hash, time, peak RSS).
@@ -33,7 +33,6 @@ import resource
 import shutil
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -42,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from builders import BuildError, CheckFailed, Log, calibration, stderr_logger
+from builders import BuildError, CheckFailed, Log, calibration, qdq_rules, stderr_logger
 from builders.artifacts import (
     atomic_write_bytes,
     input_hash,
@@ -88,8 +87,8 @@ DEFAULT_RATIONALE = (
 )
 DEFAULT_HIGH_PRECISION = "fp32"
 DEFAULT_CALIBRATION_BATCH = 16
-STANDARD_DOMAINS = ("", "ai.onnx")
-WEIGHT_OPS = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1}  # op -> weight input index
+STANDARD_DOMAINS = qdq_rules.STANDARD_DOMAINS
+WEIGHT_OPS = qdq_rules.WEIGHT_OPS  # op -> weight input index
 
 SOURCE_FILES = (
     "builders/__init__.py",
@@ -172,133 +171,20 @@ def _require_modules() -> None:
         raise BuildError(f"missing Python packages for quantize: {', '.join(missing)}")
 
 
-# --------------------------------------------------------------------------- Q/DQ checks
+# --------------------------------------------------------------------------- Q/DQ checks (builders/qdq_rules.py)
 
-
-def _constants(model: Any) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    values = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in STANDARD_DOMAINS:
-            for attribute in node.attribute:
-                if attribute.name == "value":
-                    values[node.output[0]] = numpy_helper.to_array(attribute.t)
-    return values
-
-
-def _attribute(node: Any, name: str, default: Any) -> Any:
-    import onnx
-
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return onnx.helper.get_attribute_value(attribute)
-    return default
+qdq_summary = qdq_rules.summary
 
 
 def qdq_violations(model: Any) -> list[str]:
     """Every way ``model`` departs from TensorRT-style explicit INT8 (empty when it conforms).
 
-    Only standard ONNX domains; every QuantizeLinear/DequantizeLinear has a
-    constant, positive, finite scale and an explicit int8 zero-point equal to 0;
-    quantized weights (Q/DQ on a constant feeding a Conv/Gemm/MatMul weight) are
-    per-channel along axis 0; activations are per-tensor; each Q feeds only DQs.
+    All of :mod:`builders.qdq_rules`, TensorRT's and the project's: only standard ONNX domains;
+    every QuantizeLinear/DequantizeLinear int8 with a constant, positive, finite scale and an
+    explicit int8 zero-point equal to 0; quantized weights per-channel on their op's
+    output-channel axis; activations per-tensor; each Q feeds only DQs.
     """
-    import onnx
-
-    problems: list[str] = []
-    for opset in model.opset_import:
-        if opset.domain not in STANDARD_DOMAINS:
-            problems.append(f"imports the non-standard opset domain {opset.domain!r}")
-    for function in model.functions:
-        problems.append(f"defines the local function {function.domain}:{function.name}")
-    constants = _constants(model)
-    producer = {output: node for node in model.graph.node for output in node.output}
-    consumers: dict[str, list[Any]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    quantize_count = 0
-    for node in model.graph.node:
-        where = f"{node.op_type} {node.name or node.output[0]!r}"
-        if node.domain not in STANDARD_DOMAINS:
-            problems.append(f"{where} is in the non-standard domain {node.domain!r}")
-            continue
-        if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
-            continue
-        quantize_count += 1
-        output_dtype = _attribute(node, "output_dtype", 0)
-        if output_dtype not in (0, onnx.TensorProto.INT8):
-            problems.append(f"{where}: output_dtype {onnx.TensorProto.DataType.Name(output_dtype)} is not INT8")
-        if _attribute(node, "block_size", 0):
-            problems.append(f"{where}: blocked quantization (block_size) is not per-channel/per-tensor")
-        scale = constants.get(node.input[1]) if len(node.input) > 1 else None
-        zero_point = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        if scale is None:
-            problems.append(f"{where}: scale is not a constant")
-            continue
-        if not (np.all(np.isfinite(scale.astype(np.float64))) and np.all(scale > 0)):
-            problems.append(f"{where}: scale has non-positive or non-finite values")
-        if zero_point is None:
-            if len(node.input) > 2 and node.input[2]:
-                problems.append(f"{where}: zero-point is not a constant")
-            elif node.op_type == "QuantizeLinear":
-                problems.append(f"{where}: no zero-point, so the output is uint8 (int8 needs an explicit int8 zero-point 0)")
-        else:
-            if zero_point.dtype != np.int8:
-                problems.append(f"{where}: zero-point dtype {zero_point.dtype} is not int8")
-            if np.any(zero_point != 0):
-                problems.append(f"{where}: zero-point is not 0 (asymmetric quantization)")
-            if zero_point.shape != scale.shape:
-                problems.append(f"{where}: zero-point shape {zero_point.shape} differs from scale shape {scale.shape}")
-        quantized_input = constants.get(node.input[0])
-        if node.op_type == "DequantizeLinear" and quantized_input is not None and quantized_input.dtype != np.int8:
-            problems.append(f"{where}: quantized constant {node.input[0]!r} is {quantized_input.dtype}, not int8")
-        if node.op_type == "QuantizeLinear":
-            for consumer in consumers.get(node.output[0], []):
-                if consumer.op_type != "DequantizeLinear":
-                    problems.append(f"{where}: feeds {consumer.op_type} {consumer.name!r}, not a DequantizeLinear")
-
-        # Weight or activation? A weight Q/DQ quantizes a constant (directly, or through its Q).
-        source = node.input[0]
-        if node.op_type == "DequantizeLinear" and source in producer and producer[source].op_type == "QuantizeLinear":
-            source = producer[source].input[0]
-        weight = constants.get(source)
-        if weight is None:
-            if scale.size != 1:
-                problems.append(f"{where}: activation scale has {scale.size} values; activations must be per-tensor")
-            continue
-        if scale.size == 1 and weight.ndim >= 2:
-            problems.append(f"{where}: weight {source!r} {list(weight.shape)} is quantized per-tensor, not per-channel")
-            continue
-        axis = _attribute(node, "axis", 1)
-        if scale.ndim != 1 or axis != 0 or scale.shape[0] != weight.shape[0]:
-            problems.append(
-                f"{where}: weight {source!r} {list(weight.shape)} has scale {list(scale.shape)} on axis {axis}; "
-                "expected per-channel on axis 0"
-            )
-    if quantize_count == 0:
-        problems.append("the graph has no QuantizeLinear/DequantizeLinear nodes")
-    return problems
-
-
-def qdq_summary(model: Any) -> dict[str, Any]:
-    """What is quantized: Q/DQ counts and the ops whose inputs come from a DQ (by type)."""
-    producer = {output: node for node in model.graph.node for output in node.output}
-    quantized_ops: Counter[str] = Counter()
-    float_ops: Counter[str] = Counter()
-    for node in model.graph.node:
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            continue
-        fed = [producer[name].op_type == "DequantizeLinear" for name in node.input if name in producer]
-        (quantized_ops if any(fed) else float_ops)[node.op_type] += 1
-    counts = Counter(node.op_type for node in model.graph.node)
-    return {
-        "quantize_linear": counts["QuantizeLinear"],
-        "dequantize_linear": counts["DequantizeLinear"],
-        "quantized_ops": dict(sorted(quantized_ops.items())),
-        "float_ops": dict(sorted(float_ops.items())),
-    }
+    return qdq_rules.model_violations(model)
 
 
 def check_io(quantized: Any, reference: Any) -> None:
@@ -318,7 +204,7 @@ def check_io(quantized: Any, reference: Any) -> None:
 
 def layer_groups(model: Any) -> dict[str, list[str]]:
     """Node names of each ``LAYER_GROUPS`` entry on this graph."""
-    constants = _constants(model)
+    constants = qdq_rules.constants(model)
     graph_inputs = {v.name for v in model.graph.input}
     graph_outputs = {v.name for v in model.graph.output}
     convs = [node for node in model.graph.node if node.op_type == "Conv"]
@@ -327,7 +213,7 @@ def layer_groups(model: Any) -> dict[str, list[str]]:
     groups["depthwise"] = [
         node.name
         for node in convs
-        if _attribute(node, "group", 1) > 1 and node.input[1] in constants and constants[node.input[1]].shape[1] == 1
+        if qdq_rules.attribute(node, "group", 1) > 1 and node.input[1] in constants and constants[node.input[1]].shape[1] == 1
     ]
     groups["early"] = [node.name for node in convs[:EARLY_CONVS]]
     groups["head"] = [convs[-1].name] if convs else []
@@ -607,7 +493,7 @@ def quantize(
             "opset": opset,
             "node_count": len(quantized.graph.node),
             "qdq": summary,
-            "checks": "onnx.checker full; standard domains only; Q/DQ int8, zero-point 0; weights per-channel axis 0; activations per-tensor",
+            "checks": qdq_rules.checks_description(),
         },
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "calibration_seconds": round(calibration_seconds, 1),

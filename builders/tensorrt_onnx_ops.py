@@ -16,6 +16,8 @@ as a network input or output. DOUBLE is cast down to FP32.
 
 from __future__ import annotations
 
+from builders import qdq_rules
+
 TENSORRT_VERSION = "10.15"
 SOURCE = (
     "onnx/onnx-tensorrt docs/operators.md, TensorRT 10.15 GA release "
@@ -280,6 +282,6 @@ RESIZE_NEAREST_MODES = frozenset({"floor", "ceil", "round_prefer_floor", "round_
 PAD_MODES = frozenset({"constant", "reflect", "edge", "wrap"})  # the 10.x Pad importer's modes
 TOPK_MAX_K = 3840
 # Q/DQ integer types TensorRT builds (its quantized types); uint8 Q/DQ is not among them.
-QDQ_TYPES = frozenset({"INT8", "FP8", "INT4", "FP4"})
+QDQ_TYPES = qdq_rules.TENSORRT_QDQ_TYPES  # one copy: builders/qdq_rules.py
 # Network input/output types (UINT8 only at the boundary; INT64 works in 10.x but see trt_compat).
 IO_TYPES = frozenset({"FP32", "FP16", "BF16", "INT32", "INT64", "UINT8", "BOOL"})

@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from builders import batch_profile, graph_fixes, graph_passes
+from builders import batch_profile, graph_fixes, graph_passes, qdq_rules
 from builders import tensorrt_onnx_ops as table
 from builders.fix_onnx import load_model, quiet_graphsurgeon
 
@@ -482,74 +482,70 @@ class _Checker:
     # ------------------------------------------------------------------- op rules
 
     def qdq(self, node: gs.Node) -> None:
-        quantize = node.op == "QuantizeLinear"
-        data = node.inputs[0] if node.inputs else None
-        scale = node.inputs[1] if len(node.inputs) > 1 else None
-        zero_point = node.inputs[2] if len(node.inputs) > 2 and not graph_fixes.is_absent(node.inputs[2]) else None
-        if quantize:
-            output_dtype = int(node.attrs.get("output_dtype", 0))
-            if zero_point is not None:
-                quantized_type = _type_name(zero_point.dtype)
-            elif output_dtype:
-                quantized_type = _TYPE_NAMES.get(output_dtype, onnx.TensorProto.DataType.Name(output_dtype))
-            else:
-                quantized_type = None
-                self.add(
-                    "warning",
-                    "qdq-implicit-uint8",
-                    "QuantizeLinear without a zero point quantizes to uint8 per the ONNX spec (onnxruntime does), "
-                    "while TensorRT builds int8: give an explicit int8 zero point of 0",
-                    node,
-                )
-        else:
-            quantized_type = _type_name(data.dtype) if data is not None else None
-        if quantized_type == "UINT8":
-            self.add(
-                "error",
-                "qdq-uint8",
-                "uint8 Q/DQ: TensorRT quantizes to int8 only (signed, symmetric); re-quantize with int8 and zero-point 0",
-                node,
-            )
-        elif quantized_type == "INT32" and not quantize:
-            self.add(
-                "error",
-                "qdq-dtype",
-                "DequantizeLinear of INT32 (a quantized bias): TensorRT takes INT8/FP8/INT4/FP4; keep biases "
-                "float (onnxruntime quantize_static: extra_options QuantizeBias=False)",
-                node,
-            )
-        elif quantized_type is not None and quantized_type not in table.QDQ_TYPES:
-            self.add("error", "qdq-dtype", f"{quantized_type} Q/DQ: TensorRT quantizes to {', '.join(sorted(table.QDQ_TYPES))}", node)
-        if zero_point is not None:
-            values = graph_fixes.constant_values(zero_point)
-            if values is not None and np.asarray(values).astype(np.float64).any():
-                self.add(
-                    "error",
-                    "qdq-asymmetric",
-                    "non-zero zero-point (asymmetric quantization): TensorRT requires zero-point 0; "
-                    "re-quantize symmetrically (onnxruntime: ActivationSymmetric=True; ModelOpt is symmetric)",
-                    node,
-                )
-        scale_values = graph_fixes.constant_values(scale) if scale is not None else None
-        if scale_values is not None and scale_values.size > 1 and data is not None and not _from_constant(data):
-            self.add(
-                "warning",
-                "qdq-per-channel-activation",
-                "per-channel scales on a computed tensor: TensorRT supports per-channel quantization for "
-                "constant weights; quantize activations per tensor",
-                node,
-            )
+        """TensorRT's Q/DQ rules (:mod:`builders.qdq_rules`); the project's quantize policy is not reported here."""
+        for violation in qdq_rules.node_violations(_qdq_facts(node)):
+            if violation.severity in ("error", "warning") and violation.code not in _QDQ_REPORTED_ELSEWHERE:
+                self.add(violation.severity, violation.code, violation.message, node)
 
 
-def _from_constant(tensor: gs.Tensor) -> bool:
-    """A constant, or a Q/DQ of a constant: ModelOpt's weight pattern W -> QuantizeLinear -> DequantizeLinear."""
+# Runtime scales/zero-points are reported once, by the parameter-input rule ("dynamic-parameter").
+_QDQ_REPORTED_ELSEWHERE = frozenset({"qdq-scale-runtime", "qdq-zero-point-runtime"})
+
+
+def _constant_source(tensor: gs.Tensor) -> gs.Tensor | None:
+    """The constant a tensor is, or that a Q/DQ quantizes (ModelOpt's weight pattern W -> QuantizeLinear -> DequantizeLinear)."""
     if graph_fixes.constant_values(tensor) is not None:
-        return True
+        return tensor
     producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
-    return (
-        producer is not None
-        and producer.op in ("QuantizeLinear", "DequantizeLinear")
-        and graph_fixes.constant_values(producer.inputs[0]) is not None
+    if producer is not None and producer.op in qdq_rules.QDQ_OPS and graph_fixes.constant_values(producer.inputs[0]) is not None:
+        return producer.inputs[0]
+    return None
+
+
+def _qdq_facts(node: gs.Node) -> qdq_rules.QdqNode:
+    quantize = node.op == "QuantizeLinear"
+    data = node.inputs[0] if node.inputs else None
+    scale = node.inputs[1] if len(node.inputs) > 1 else None
+    zero_point = node.inputs[2] if len(node.inputs) > 2 and not graph_fixes.is_absent(node.inputs[2]) else None
+    output_dtype = int(node.attrs.get("output_dtype", 0))
+    if quantize:
+        if zero_point is not None:
+            quantized_type = _type_name(zero_point.dtype)
+        elif output_dtype:
+            quantized_type = _TYPE_NAMES.get(output_dtype, onnx.TensorProto.DataType.Name(output_dtype))
+        else:
+            quantized_type = None
+    else:
+        quantized_type = _type_name(data.dtype) if data is not None else None
+    weight = _constant_source(data) if data is not None else None
+    weight_values = graph_fixes.constant_values(weight) if weight is not None else None
+    dequantized = node.outputs[0] if node.outputs else None
+    if quantize and dequantized is not None:
+        readers = [reader for reader in dequantized.outputs if reader.op == "DequantizeLinear"]
+        dequantized = readers[0].outputs[0] if readers and readers[0].outputs else None
+    users = (
+        tuple(
+            qdq_rules.WeightUser(reader.op, index, int(reader.attrs.get("transB", 0)))
+            for reader in dequantized.outputs
+            for index, tensor in enumerate(reader.inputs)
+            if tensor is dequantized
+        )
+        if dequantized is not None and weight is not None
+        else ()
+    )
+    return qdq_rules.QdqNode(
+        op=node.op,
+        quantized_type=quantized_type,
+        scale=graph_fixes.constant_values(scale) if scale is not None else None,
+        zero_point=graph_fixes.constant_values(zero_point) if zero_point is not None else None,
+        zero_point_given=zero_point is not None,
+        output_dtype_given=bool(output_dtype),
+        axis=int(node.attrs.get("axis", 1)),
+        block_size=int(node.attrs.get("block_size", 0)),
+        weight=weight.name if weight is not None else None,
+        weight_shape=tuple(int(d) for d in weight_values.shape) if weight_values is not None else None,
+        weight_users=users,
+        quantize_feeds=tuple(reader.op for reader in node.outputs[0].outputs) if quantize and node.outputs else (),
     )
 
 

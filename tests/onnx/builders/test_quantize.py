@@ -92,7 +92,7 @@ def test_conforming_qdq_graph_runs_on_onnxruntime():
     "model, message",
     [
         (qdq_model(activation_zero_point=np.int8(3)), "zero-point is not 0"),
-        (qdq_model(activation_zero_point=np.uint8(0)), "zero-point dtype uint8 is not int8"),
+        (qdq_model(activation_zero_point=np.uint8(0)), "uint8 Q/DQ is not int8"),
         (qdq_model(activation_zero_point=None), "no zero-point, so the output is uint8"),
         (qdq_model(weight_zero_point=np.full(8, 1, dtype=np.int8)), "zero-point is not 0"),
         (qdq_model(weight_scale=np.float32(0.01), weight_zero_point=np.int8(0)), "quantized per-tensor, not per-channel"),
