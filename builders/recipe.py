@@ -5,8 +5,8 @@ about tensors (names, dims, preprocessing) stays in the pipeline's Triton
 configs. Sections:
 
 ``task``
-    ``classification`` or ``segmentation``: selects the accuracy metric of the
-    gate and of ``evaluate``.
+    ``classification``, ``segmentation`` or ``detection``: selects the accuracy
+    metric of the gate (:data:`builders.precision.TASK_METRICS`) and of ``evaluate``.
 ``[source]``
     where the model comes from and how it becomes ONNX. ``kind`` selects a
     converter in :mod:`builders.sources`: ``efficientnet_lite0`` (PyTorch
@@ -34,7 +34,7 @@ from typing import Any
 from builders import BuildError
 from vision_serving.layout import Pipeline
 
-TASKS = ("classification", "segmentation")
+TASKS = ("classification", "segmentation", "detection")
 SOURCE_KINDS = ("efficientnet_lite0", "tflite", "onnx")
 PRECISIONS = ("int8", "fp16", "fp32")  # the ladder, best first
 
@@ -80,6 +80,11 @@ class Gate:
     min_cosine: float = 0.98
     # segmentation
     min_mean_iou: float = 0.95
+    # detection: FP32's and the candidate's detections matched one to one (box IoU >= 0.5);
+    # agreement = 2 * matched / (FP32 detections + candidate detections), 1.0 when both find none
+    min_detection_agreement: float = 0.95
+    # ... and the mean box IoU of the matched pairs
+    min_matched_iou: float = 0.90
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,8 @@ class Recipe:
     fix: Fix = field(default_factory=Fix)
     quantize: Quantize = field(default_factory=Quantize)
     gate: Gate = field(default_factory=Gate)
-    # photo name -> acceptable top-1 labels (classification) or the minimum coverage (segmentation)
+    # photo name -> acceptable top-1 labels (classification), the minimum coverage (segmentation)
+    # or the number of faces (detection)
     golden: dict[str, Any] = field(default_factory=dict)
     precisions: tuple[str, ...] = PRECISIONS
 

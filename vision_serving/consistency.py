@@ -12,9 +12,10 @@ time, often cryptically: each ensemble step's ``input_map``/``output_map``
 names exist on the composing model with matching dtypes and dims, every
 required input is fed, every ensemble output is produced, batch sizes fit;
 the config variants of one model (TensorRT vs CPU) expose identical tensors;
-built ONNX files match the config that serves them; preprocessing parameters
-and label files agree with the tensors they describe. Exit code 1 lists every
-problem found.
+built ONNX files match the config that serves them; preprocessing parameters,
+detection parameters (MediaPipe's anchor, decoding and NMS options) and label
+files agree with the tensors they describe, and a detector's letterbox size is
+its preprocess model's output size. Exit code 1 lists every problem found.
 """
 
 from __future__ import annotations
@@ -166,13 +167,15 @@ def check_onnx(config: ModelConfig, version_dirs: list[Path]) -> list[str]:
 
 def check_model_parameters(config: ModelConfig, model_dir: Path) -> list[str]:
     """Preprocessing and postprocessing parameters agree with the tensors they describe."""
-    from . import classification, preprocessing, segmentation
+    from . import classification, detection, preprocessing, segmentation
 
     problems = []
     try:
         if "layout" in config.parameters:
             preprocessing.PreprocessSpec.from_config(config)
             preprocessing.limits_from_config(config)
+        if is_detector(config):
+            detection.DetectorTensors.from_config(config, detection.DetectorSpec.from_config(config))
         if "mask_mode" in config.parameters:
             segmentation.MaskSpec(model_config.parameter(config, "mask_mode"), float(model_config.parameter(config, "threshold")))
         if "labels_file" in config.parameters:
@@ -183,6 +186,34 @@ def check_model_parameters(config: ModelConfig, model_dir: Path) -> list[str]:
             classification.validate_k(model_config.int_parameter(config, "top_k"), int(logits.dims[-1]))
     except (ConfigError, ValueError) as error:
         problems.append(f"{config.name}: {error}")
+    return problems
+
+
+def is_detector(config: ModelConfig) -> bool:
+    """A detection postprocess model: it carries MediaPipe's decoding options."""
+    return "num_coords" in config.parameters
+
+
+def check_detector_letterbox(models: dict[str, dict[str, ModelConfig]], pipeline: layout.Pipeline) -> list[str]:
+    """A detector maps boxes back through the letterbox of its pipeline's preprocess model: the
+    preprocess must letterbox, onto the anchors' input size."""
+    from . import detection, preprocessing
+
+    problems: list[str] = []
+    preprocess = models.get(pipeline.model_name("preprocess"), {}).get("")
+    for config in models.get(pipeline.model_name("postprocess"), {}).values():
+        if not is_detector(config) or preprocess is None:
+            continue
+        try:
+            spec = preprocessing.PreprocessSpec.from_config(preprocess)
+            height, width = detection.DetectorSpec.from_config(config).tensor_size
+        except (ConfigError, ValueError):
+            continue  # reported by check_model_parameters
+        if spec.resize != "letterbox" or (spec.crop_size, spec.crop_size) != (height, width):
+            problems.append(
+                f"{config.name}: decodes boxes of a {height}x{width} letterbox, but {preprocess.name} makes a "
+                f"{spec.crop_size}x{spec.crop_size} '{spec.resize}' image"
+            )
     return problems
 
 
@@ -221,6 +252,7 @@ def check_pipeline(repository: Path) -> list[str]:
             if "onnx_file" in config.parameters:
                 version_dirs = sorted(p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit())
                 problems += check_onnx(config, version_dirs)
+    problems += check_detector_letterbox(models, layout.Pipeline.at(repository))
     # Every variant combination an ensemble can meet: each config name, falling back to config.pbtxt.
     variant_names = sorted({v for variants in models.values() for v in variants})
     for variants in models.values():

@@ -50,12 +50,15 @@ and by the number of candidates).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import cv2
 import numpy as np
 import numpy.typing as npt
+
+from . import image_to_tensor, model_config
 
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int32]
@@ -268,21 +271,21 @@ class LetterboxParams:
         corners = self.to_pixels(b.reshape((*b.shape[:-1], 2, 2)))
         return corners.reshape(b.shape)
 
+    def roi(self, index: int) -> tuple[float, float, float, float]:
+        """Image ``index``'s padded ROI as (left, top, width, height) in pixels (for the warp)."""
+        return (
+            float(self.roi_left[index]), float(self.roi_top[index]), float(self.roi_width[index]), float(self.roi_height[index]),
+        )  # fmt: skip
+
     def input_matrix(self, index: int) -> npt.NDArray[np.float64]:
         """3x3 perspective matrix original pixels -> tensor pixels, exactly as MediaPipe builds it.
 
         image_to_tensor_converter_opencv.cc: ``cv::getPerspectiveTransform`` from
         ``cv::boxPoints`` of the ROI (float32; bottom-left, top-left, top-right,
-        bottom-right) to the tensor corners ``(0,H) (0,0) (W,0) (W,H)``.
+        bottom-right) to the tensor corners ``(0,H) (0,0) (W,0) (W,H)``
+        (:func:`vision_serving.image_to_tensor.roi_matrix`).
         """
-        left = np.float32(self.roi_left[index])
-        top = np.float32(self.roi_top[index])
-        right = np.float32(left + self.roi_width[index])
-        bottom = np.float32(top + self.roi_height[index])
-        src = np.array([[left, bottom], [left, top], [right, top], [right, bottom]], dtype=np.float32)
-        w, h = float(self.target_width), float(self.target_height)
-        dst = np.array([[0.0, h], [0.0, 0.0], [w, 0.0], [w, h]], dtype=np.float32)
-        return np.asarray(cv2.getPerspectiveTransform(src, dst), dtype=np.float64)
+        return image_to_tensor.roi_matrix(*self.roi(index), self.target_width, self.target_height)
 
 
 def letterbox_params(heights: npt.ArrayLike, widths: npt.ArrayLike, target: int | tuple[int, int] = INPUT_SIZE) -> LetterboxParams:
@@ -319,15 +322,7 @@ def _check_image(image: ImageArray) -> ImageArray:
 
 
 def _warp_into(image: ImageArray, params: LetterboxParams, index: int, out: FloatArray) -> None:
-    matrix = params.input_matrix(index)
-    warped = cv2.warpPerspective(
-        image,
-        matrix,
-        (params.target_width, params.target_height),
-        flags=cv2.INTER_LINEAR,
-        borderMode=cv2.BORDER_CONSTANT,
-        borderValue=(0, 0, 0, 0),
-    )
+    warped = image_to_tensor.warp_roi(image, params.roi(index), params.target_width, params.target_height, cv2.INTER_LINEAR)
     if warped.shape[2] == 4:
         warped = warped[..., :3]  # MediaPipe: cvtColor(RGBA2RGB) after the warp
     # cv::Mat::convertTo(CV_32F, scale, offset) rounds ``v * scale + offset`` once (fused):
@@ -636,6 +631,20 @@ class Detections:
         c = int(self.counts[index])
         return self.boxes[index, :c], self.keypoints[index, :c], self.scores[index, :c]
 
+    def __len__(self) -> int:
+        return int(self.counts.shape[0])
+
+    def take(self, start: int, stop: int) -> Detections:
+        """Images ``start:stop``, padded to *their* largest count only (one request of a batch)."""
+        counts = self.counts[start:stop]
+        d = int(counts.max()) if len(counts) else 0
+        return Detections(
+            np.ascontiguousarray(self.boxes[start:stop, :d]),
+            np.ascontiguousarray(self.keypoints[start:stop, :d]),
+            np.ascontiguousarray(self.scores[start:stop, :d]),
+            counts,
+        )
+
 
 def postprocess(
     raw_boxes: npt.ArrayLike,
@@ -677,3 +686,277 @@ def postprocess(
     px_boxes[pad] = 0
     px_kps[pad] = 0
     return Detections(px_boxes, px_kps, ns, counts)
+
+
+# --------------------------------------------------------------------------- matching (gates, tests)
+
+
+def box_iou(first: npt.ArrayLike, second: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """IoU matrix ``[P, Q]`` of boxes ``[P, 4]`` and ``[Q, 4]`` (x_min, y_min, x_max, y_max)."""
+    a = np.asarray(first, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(second, dtype=np.float64).reshape(-1, 4)
+    iw = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
+    ih = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
+    inter = np.clip(iw, 0, None) * np.clip(ih, 0, None)
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+
+
+def match_boxes(first: npt.ArrayLike, second: npt.ArrayLike, min_iou: float = 0.5) -> list[tuple[int, int, float]]:
+    """One-to-one matches ``(i, j, iou)`` between two sets of boxes, greedily by descending IoU,
+    each pair with IoU >= ``min_iou``."""
+    iou = box_iou(first, second)
+    matches: list[tuple[int, int, float]] = []
+    if iou.size == 0:
+        return matches
+    order = np.argsort(-iou, axis=None, kind="stable")
+    used_i: set[int] = set()
+    used_j: set[int] = set()
+    for flat in order:
+        i, j = divmod(int(flat), iou.shape[1])
+        if iou[i, j] < min_iou:
+            break
+        if i in used_i or j in used_j:
+            continue
+        used_i.add(i)
+        used_j.add(j)
+        matches.append((i, j, float(iou[i, j])))
+    return matches
+
+
+# --------------------------------------------------------------------------- the served configuration
+
+NMS_ALGORITHMS = ("WEIGHTED",)
+OVERLAP_TYPES = ("INTERSECTION_OVER_UNION",)
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return value == "true"
+
+
+def _numbers(kind: type) -> Callable[[str], tuple[Any, ...]]:
+    def parse(text: str) -> tuple[Any, ...]:
+        return tuple(kind(item) for item in text.split(",") if item.strip())
+
+    return parse
+
+
+# Config parameter -> (parser, required). Anchor and decoding parameters carry the names of
+# MediaPipe's SsdAnchorsCalculatorOptions / TensorsToDetectionsCalculatorOptions fields.
+_ANCHOR_PARAMETERS: dict[str, tuple[Callable[[str], Any], bool]] = {
+    "num_layers": (int, True),
+    "min_scale": (float, True),
+    "max_scale": (float, True),
+    "input_size_height": (int, True),
+    "input_size_width": (int, True),
+    "anchor_offset_x": (float, True),
+    "anchor_offset_y": (float, True),
+    "strides": (_numbers(int), True),
+    "aspect_ratios": (_numbers(float), True),
+    "reduce_boxes_in_lowest_layer": (_boolean, True),
+    "interpolated_scale_aspect_ratio": (float, True),
+    "fixed_anchor_size": (_boolean, True),
+    "feature_map_height": (_numbers(int), False),
+    "feature_map_width": (_numbers(int), False),
+}
+_DECODE_PARAMETERS: dict[str, tuple[Callable[[str], Any], bool]] = {
+    "num_boxes": (int, True),
+    "num_coords": (int, True),
+    "box_coord_offset": (int, True),
+    "keypoint_coord_offset": (int, True),
+    "num_keypoints": (int, True),
+    "num_values_per_keypoint": (int, True),
+    "sigmoid_score": (_boolean, True),
+    "score_clipping_thresh": (float, True),
+    "reverse_output_order": (_boolean, True),
+    "x_scale": (float, True),
+    "y_scale": (float, True),
+    "w_scale": (float, True),
+    "h_scale": (float, True),
+    "apply_exponential_on_box_size": (_boolean, True),
+    "min_score_thresh": (float, True),
+}
+_OTHER_PARAMETERS: dict[str, tuple[Callable[[str], Any], bool]] = {
+    "num_classes": (int, True),
+    "nms_algorithm": (str, True),
+    "overlap_type": (str, True),
+    "min_suppression_threshold": (float, True),
+    "max_detections": (int, True),
+    "clip_to_image": (_boolean, True),
+}
+PARAMETERS = {**_ANCHOR_PARAMETERS, **_DECODE_PARAMETERS, **_OTHER_PARAMETERS}
+
+
+@dataclass(frozen=True)
+class DetectorSpec:
+    """What a detection postprocess model computes, from its config's parameters.
+
+    ``decode`` (with its ``anchors``) are MediaPipe's calculator options;
+    ``iou_threshold`` is NonMaxSuppressionCalculator's ``min_suppression_threshold``
+    (weighted NMS, IoU); ``max_detections`` caps the faces per image (this
+    server's bound on the response, not MediaPipe's); ``clip`` clips boxes and
+    keypoints to the image. The letterbox tensor is ``input_size_height x
+    input_size_width`` of the anchors, which is the model input's size.
+    """
+
+    decode: DecodeOptions
+    num_classes: int = 1
+    iou_threshold: float = IOU_THRESHOLD
+    max_detections: int = 100
+    clip: bool = True
+
+    def __post_init__(self) -> None:
+        if self.num_classes < 1:
+            raise ValueError(f"num_classes must be positive, got {self.num_classes}")
+        if not 0.0 <= self.iou_threshold < 1.0:
+            raise ValueError(f"min_suppression_threshold must be in [0, 1), got {self.iou_threshold}")
+        if self.max_detections < 1:
+            raise ValueError(f"max_detections must be positive, got {self.max_detections}")
+        if not 0.0 <= self.decode.min_score_thresh <= 1.0:
+            raise ValueError(f"min_score_thresh must be in [0, 1], got {self.decode.min_score_thresh}")
+        anchors = len(ssd_anchors(self.decode.anchors))
+        if anchors != self.decode.num_boxes:
+            raise ValueError(f"the anchor options give {anchors} anchors, num_boxes is {self.decode.num_boxes}")
+
+    @property
+    def tensor_size(self) -> tuple[int, int]:
+        """(height, width) of the letterboxed model input."""
+        return self.decode.anchors.input_size_height, self.decode.anchors.input_size_width
+
+    @classmethod
+    def from_parameters(cls, parameters: Mapping[str, str]) -> DetectorSpec:
+        """From string parameters (a config's); every MediaPipe option is required, unknown keys are errors."""
+        unknown = sorted(set(parameters) - set(PARAMETERS))
+        if unknown:
+            raise ValueError(f"unknown detection parameter(s) {', '.join(unknown)}")
+        missing = sorted(key for key, (_, required) in PARAMETERS.items() if required and key not in parameters)
+        if missing:
+            raise ValueError(f"missing detection parameter(s) {', '.join(missing)}")
+        values: dict[str, Any] = {}
+        for key, text in parameters.items():
+            try:
+                values[key] = PARAMETERS[key][0](text)
+            except ValueError as error:
+                raise ValueError(f"detection parameter {key}: {error}") from None
+        if values["nms_algorithm"] not in NMS_ALGORITHMS:
+            raise ValueError(f"nms_algorithm {values['nms_algorithm']!r} is not one of {NMS_ALGORITHMS}")
+        if values["overlap_type"] not in OVERLAP_TYPES:
+            raise ValueError(f"overlap_type {values['overlap_type']!r} is not one of {OVERLAP_TYPES}")
+        anchors = AnchorOptions(**{key: values[key] for key in _ANCHOR_PARAMETERS if key in values})
+        decode = DecodeOptions(anchors=anchors, **{key: values[key] for key in _DECODE_PARAMETERS})
+        return cls(
+            decode=decode,
+            num_classes=values["num_classes"],
+            iou_threshold=values["min_suppression_threshold"],
+            max_detections=values["max_detections"],
+            clip=values["clip_to_image"],
+        )
+
+    @classmethod
+    def from_config(cls, config: model_config.ModelConfig) -> DetectorSpec:
+        return cls.from_parameters({key: value.string_value for key, value in config.parameters.items()})
+
+
+def detect(
+    raw_boxes: npt.ArrayLike,
+    raw_scores: npt.ArrayLike,
+    image_sizes: npt.ArrayLike,
+    spec: DetectorSpec,
+    score_threshold: npt.ArrayLike | None = None,
+    anchors: npt.ArrayLike | None = None,
+) -> Detections:
+    """A batch of model outputs and each image's (height, width) -> ``Detections`` in pixels.
+
+    The letterbox is recomputed from the sizes (``letterbox_params``, the same
+    geometry the preprocess model warped with); ``anchors`` (``ssd_anchors`` of
+    the spec) can be passed precomputed.
+    """
+    sizes = np.asarray(image_sizes).reshape(-1, 2)
+    params = letterbox_params(sizes[:, 0], sizes[:, 1], spec.tensor_size)
+    return postprocess(
+        raw_boxes, raw_scores, params, score_threshold, spec.iou_threshold, spec.max_detections, spec.decode, anchors, spec.clip
+    )
+
+
+@dataclass(frozen=True)
+class DetectorTensors:
+    """A detection postprocess model's tensors, found by role in its config.
+
+    Inputs: the required FP32 ``[num_boxes, num_coords]`` (box regressors) and
+    ``[num_boxes, num_classes]`` (logits), the required INT32 ``[2]`` (each
+    image's height, width), an optional FP32 ``[1]`` (per-image score
+    threshold). Outputs: FP32 ``[-1, 4]`` boxes, ``[-1]`` scores, ``[-1,
+    num_keypoints, 2]`` keypoints, INT32 ``[1]`` count.
+    """
+
+    raw_boxes: str
+    raw_scores: str
+    image_size: str
+    score_threshold: str | None
+    boxes: str
+    scores: str
+    keypoints: str
+    count: str
+
+    @classmethod
+    def from_config(cls, config: model_config.ModelConfig, spec: DetectorSpec) -> DetectorTensors:
+        def fail(message: str) -> model_config.ConfigError:
+            return model_config.ConfigError(f"model '{config.name}': {message}")
+
+        def named(tensors: Any, datatype: str, dims: list[int], optional: bool | None = None) -> list[str]:
+            return [
+                item.name
+                for item in tensors
+                if model_config.dtype_name(item.data_type) == datatype
+                and [int(d) for d in item.dims] == dims
+                and (optional is None or bool(item.optional) == optional)
+            ]
+
+        def one(names: list[str], what: str) -> str:
+            if len(names) != 1:
+                raise fail(f"expected exactly one {what}, found {names or 'none'}")
+            return names[0]
+
+        d = spec.decode
+        if d.num_coords == spec.num_classes:
+            raise fail("num_coords equals num_classes: the two FP32 inputs cannot be told apart")
+        raw_boxes = one(
+            named(config.input, "FP32", [d.num_boxes, d.num_coords], False), f"required FP32 input [{d.num_boxes}, {d.num_coords}]"
+        )
+        raw_scores = one(
+            named(config.input, "FP32", [d.num_boxes, spec.num_classes], False), f"required FP32 input [{d.num_boxes}, {spec.num_classes}]"
+        )
+        image_size = one(named(config.input, "INT32", [2], False), "required INT32 input [2] (height, width)")
+        thresholds = named(config.input, "FP32", [1], True)
+        if len(thresholds) > 1 or len(config.input) != 3 + len(thresholds):
+            raise fail("expected the FP32 regressors and logits, the INT32 [2] image size and at most one optional FP32 [1] threshold")
+        outputs = {
+            "boxes": one(named(config.output, "FP32", [-1, 4]), "FP32 output [-1, 4] (boxes)"),
+            "scores": one(named(config.output, "FP32", [-1]), "FP32 output [-1] (scores)"),
+            "keypoints": one(named(config.output, "FP32", [-1, d.num_keypoints, 2]), f"FP32 output [-1, {d.num_keypoints}, 2] (keypoints)"),
+            "count": one(named(config.output, "INT32", [1]), "INT32 output [1] (count)"),
+        }
+        if len(config.output) != 4:
+            raise fail(f"expected 4 outputs (boxes, scores, keypoints, count), found {len(config.output)}")
+        return cls(raw_boxes, raw_scores, image_size, thresholds[0] if thresholds else None, **outputs)
+
+
+def parse_score_threshold(values: npt.ArrayLike | None, count: int, default: float, name: str = "SCORE_THRESHOLD") -> FloatArray:
+    """A request's optional per-image score threshold ``[count, 1]`` -> ``[count]``; the default when absent.
+
+    Raises ``ValueError`` (the client's mistake) unless every value is in [0, 1].
+    """
+    if values is None:
+        return np.full((count,), default, dtype=np.float32)
+    thresholds = np.asarray(values, dtype=np.float32).reshape(-1)
+    if thresholds.shape != (count,):
+        raise ValueError(f"{name} must have one value per image ({count}), got {thresholds.size}")
+    bad = thresholds[~((thresholds >= 0) & (thresholds <= 1))]  # NaN is bad too
+    if bad.size:
+        raise ValueError(f"{name} must be in [0, 1], got {bad[0]}")
+    return thresholds

@@ -1,14 +1,22 @@
-"""Resize (center-crop or stretch) and normalize decoded images into one model-input batch.
+"""Resize (center-crop, stretch or letterbox) and normalize decoded images into one model-input batch.
 
-Two resize modes, named by the preprocess config's ``resize`` parameter:
+Three resize modes, named by the preprocess config's ``resize`` parameter:
 
 - ``center_crop``: scale the shorter side to ``resize_shorter_side``, then
   center-crop the output size (ImageNet classifiers);
 - ``stretch``: map the whole image onto the output size, ignoring its aspect
   ratio, exactly as MediaPipe's ``ImageToTensorCalculator`` does with
   ``keep_aspect_ratio: false`` (the selfie-segmentation graph; see
-  :func:`stretch`); the postprocess model maps results back to the original
-  size, which the preprocess model passes on.
+  :func:`stretch`);
+- ``letterbox``: map the whole image onto the output size keeping its aspect
+  ratio, centred, with zero bars, exactly as ``ImageToTensorCalculator`` does
+  with ``keep_aspect_ratio: true`` (the face-detection graph; see
+  :func:`letterbox`).
+
+``stretch`` and ``letterbox`` are one warp of a region of interest
+(:mod:`vision_serving.image_to_tensor`) with different regions; for both, the
+postprocess model maps results back to the original image, whose size the
+preprocess model passes on.
 
 The parameters come from the preprocess model's ``config.pbtxt``
 (``PreprocessSpec.from_config``), so a model version carries its own
@@ -34,7 +42,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from . import model_config
+from . import detection, image_to_tensor, model_config
 from .image_codec import ImageError, ImageLimits, decode_rgb
 
 INTERPOLATIONS = {
@@ -44,7 +52,7 @@ INTERPOLATIONS = {
 }
 LAYOUTS = ("NCHW", "NHWC")
 COLOR_ORDERS = ("RGB", "BGR")
-RESIZE_MODES = ("center_crop", "stretch")
+RESIZE_MODES = ("center_crop", "stretch", "letterbox")
 # Resize the whole image (then crop) up to this many times the crop's area;
 # beyond, warp only the crop (bounded cost and memory for elongated images).
 MAX_RESIZE_AREA_RATIO = 4.0
@@ -134,34 +142,43 @@ def _crop_origin(new_width: int, new_height: int, crop: int) -> tuple[int, int]:
 
 
 def stretch(image: np.ndarray, width: int, height: int, interpolation: int, out: np.ndarray | None = None) -> np.ndarray:
-    """The whole image onto a width x height grid, as MediaPipe's ImageToTensorCalculator (CPU) does it.
+    """The whole image onto a width x height grid, as MediaPipe's ImageToTensorCalculator (CPU) does it
+    with ``keep_aspect_ratio: false``: the region of interest is the whole image.
 
     mediapipe/calculators/tensor/image_to_tensor_converter_opencv.cc maps the
-    image's corners onto the tensor's corners with ``cv::getPerspectiveTransform``
+    region's corners onto the tensor's corners with ``cv::getPerspectiveTransform``
     (float32 corner points) and samples with ``cv::warpPerspective`` (border
-    constant 0): corner-aligned, unlike ``cv2.resize``'s half-pixel centres.
+    constant 0): corner-aligned, unlike ``cv2.resize``'s half-pixel centres
+    (:func:`vision_serving.image_to_tensor.warp_roi`).
     """
-    source_height, source_width = image.shape[:2]
-    corners = np.array([[0, source_height], [0, 0], [source_width, 0], [source_width, source_height]], dtype=np.float32)
-    targets = np.array([[0, height], [0, 0], [width, 0], [width, height]], dtype=np.float32)
-    matrix = cv2.getPerspectiveTransform(corners, targets)
-    warped = cv2.warpPerspective(image, matrix, (width, height), flags=interpolation, borderMode=cv2.BORDER_CONSTANT, borderValue=(0, 0, 0))
-    if out is None:
-        return warped
-    out[...] = warped
-    return out
+    return image_to_tensor.warp_roi(image, image_to_tensor.full_image_roi(image), width, height, interpolation, out)
+
+
+def letterbox(image: np.ndarray, width: int, height: int, interpolation: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The whole image onto a width x height grid keeping its aspect ratio, as ImageToTensorCalculator
+    (CPU) does it with ``keep_aspect_ratio: true`` and ``BORDER_ZERO``.
+
+    The region of interest is the image padded to the grid's aspect ratio, centred
+    (``GetRoi`` + ``PadRoi``: :func:`vision_serving.detection.letterbox_params`, which
+    the postprocessing also uses to map results back); the bars are zero pixels.
+    """
+    roi = detection.letterbox_params([image.shape[0]], [image.shape[1]], (height, width)).roi(0)
+    return image_to_tensor.warp_roi(image, roi, width, height, interpolation, out)
+
+
+_ROI_RESIZES = {"stretch": stretch, "letterbox": letterbox}
 
 
 def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
-    """HxWx3 uint8 -> crop x crop x 3 uint8: resize shorter side, then center-crop.
+    """HxWx3 uint8 -> crop x crop x 3 uint8: resize shorter side, then center-crop (or stretch, or letterbox).
 
     ``out``, a C-contiguous crop x crop x 3 uint8 array, receives the result
     (no intermediate copy on the warp path).
     """
     height, width = image.shape[:2]
     crop = spec.crop_size
-    if spec.resize == "stretch":
-        return stretch(image, crop, crop, INTERPOLATIONS[spec.interpolation], out)
+    if spec.resize in _ROI_RESIZES:
+        return _ROI_RESIZES[spec.resize](image, crop, crop, INTERPOLATIONS[spec.interpolation], out)
     new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
     left, top = _crop_origin(new_width, new_height, crop)
     interpolation = INTERPOLATIONS[spec.interpolation]

@@ -14,6 +14,7 @@ from vision_serving import consistency, layout
 
 CLASSIFIER = layout.pipeline("image_classifier")
 SEGMENTER = layout.pipeline("person_segmenter")
+DETECTOR = layout.pipeline("face_detector")
 IGNORED = shutil.ignore_patterns("*.onnx", "*.onnx.json", "*.plan", "*.plan.json", "__pycache__")
 
 
@@ -50,7 +51,7 @@ def model_file(pipeline: layout.Pipeline, model: str, file: str) -> Path:
 
 
 def test_real_repository_is_consistent():
-    assert {CLASSIFIER.name, SEGMENTER.name} <= {p.name for p in layout.pipelines()}
+    assert {CLASSIFIER.name, SEGMENTER.name, DETECTOR.name} <= {p.name for p in layout.pipelines()}
     assert consistency.check_repository(layout.MODEL_REPOSITORY) == []
 
 
@@ -177,3 +178,47 @@ def test_onnx_io_must_match_the_core_config(root, copied):
     edit(copied.ensemble_dir / "config.pbtxt", 'key: "logits"', 'key: "scores"')
     problems = consistency.check_repository(root)
     assert any(f"{copied.onnx('fp32')}: ONNX outputs" in p for p in problems), problems
+
+
+@pytest.fixture
+def detector(tmp_path) -> tuple[Path, layout.Pipeline]:
+    """A model repository holding a copy of the face_detector pipeline only."""
+    repository = tmp_path / "model_repository"
+    return repository, copy_pipeline(DETECTOR, repository)
+
+
+PARAMETER = 'value: {{ string_value: "{}" }}'
+
+
+@pytest.mark.parametrize(
+    "model, file, old, new, problem",
+    [
+        # MediaPipe's options are all required, parsed, and must agree with each other and the tensors.
+        ("postprocess", "config.pbtxt", '{ key: "num_layers", value: { string_value: "4" } },\n', "", "missing detection parameter(s) num_layers"),
+        ("postprocess", "config.pbtxt", 'key: "min_scale"', 'key: "min_scael"', "unknown detection parameter(s) min_scael"),
+        ("postprocess", "config.pbtxt", 'key: "num_boxes", value: { string_value: "896" }', 'key: "num_boxes", value: { string_value: "897" }',
+         "the anchor options give 896 anchors, num_boxes is 897"),
+        ("postprocess", "config.pbtxt", 'key: "strides", value: { string_value: "8,16,16,16" }', 'key: "strides", value: { string_value: "8,16,16" }',
+         "strides has 3 entries, num_layers is 4"),
+        ("postprocess", "config.pbtxt", 'string_value: "WEIGHTED"', 'string_value: "DEFAULT"', "nms_algorithm 'DEFAULT' is not one of"),
+        ("postprocess", "config.pbtxt", 'key: "max_detections", value: { string_value: "100" }', 'key: "max_detections", value: { string_value: "0" }',
+         "max_detections must be positive"),
+        ("postprocess", "config.pbtxt", 'key: "sigmoid_score", value: { string_value: "true" }', 'key: "sigmoid_score", value: { string_value: "yes" }',
+         "detection parameter sigmoid_score: expected true or false"),
+        # Tensors by role: the keypoints output must have num_keypoints rows.
+        ("postprocess", "config.pbtxt", "dims: [ -1, 6, 2 ]", "dims: [ -1, 5, 2 ]", "expected exactly one FP32 output [-1, 6, 2]"),
+        # The letterbox the postprocess undoes is the one the preprocess made.
+        ("preprocess", "config.pbtxt", 'string_value: "letterbox"', 'string_value: "stretch"', "decodes boxes of a 128x128 letterbox"),
+        ("postprocess", "config.pbtxt", 'key: "input_size_height", value: { string_value: "128" }',
+         'key: "input_size_height", value: { string_value: "256" }', "the anchor options give 1792 anchors, num_boxes is 896"),
+        # Variable-size outputs: the ensemble declares them as the postprocess makes them.
+        ("ensemble", "config.pbtxt", "dims: [ -1, 4 ]", "dims: [ 4 ]", "output 'BOXES' is declared TYPE_FP32[4] but produced as TYPE_FP32[-1, 4]"),
+    ],
+)  # fmt: skip
+def test_broken_detector_is_reported(detector, model, file, old, new, problem):
+    root, copied = detector
+    assert consistency.check_repository(root) == []
+    edit(model_file(copied, model, file), old, new)
+    problems = consistency.check_repository(root)
+    assert any(problem in p for p in problems), problems
+    assert all(p.startswith(f"{DETECTOR.name}: ") for p in problems), problems

@@ -381,3 +381,94 @@ def test_postprocess_per_image_score_threshold():
     det = D.postprocess(np.concatenate([r, r]), np.concatenate([s, s]), params, score_threshold=[0.5, 0.75])
     assert det.counts.tolist() == [1, 0]
     assert det.scores[0, 0] == pytest.approx(0.7, abs=1e-6)
+
+
+# --------------------------------------------------------------------------- the served configuration
+
+
+@pytest.fixture(scope="module")
+def served_config():
+    from vision_serving import layout, model_config
+
+    return model_config.load_config(layout.pipeline("face_detector").model_dir("postprocess"))
+
+
+def test_the_served_config_states_mediapipes_face_detection_options(served_config):
+    spec = D.DetectorSpec.from_config(served_config)
+    assert spec.decode == D.DecodeOptions() and spec.decode.anchors == D.AnchorOptions()
+    assert spec.iou_threshold == D.IOU_THRESHOLD and spec.decode.min_score_thresh == D.SCORE_THRESHOLD
+    assert spec.tensor_size == (D.INPUT_SIZE, D.INPUT_SIZE) and spec.max_detections == 100 and spec.clip
+    tensors = D.DetectorTensors.from_config(served_config, spec)
+    assert (tensors.raw_boxes, tensors.raw_scores, tensors.image_size, tensors.score_threshold) == (
+        "REGRESSORS", "CLASSIFICATORS", "IMAGE_SIZE", "SCORE_THRESHOLD",
+    )  # fmt: skip
+    assert (tensors.boxes, tensors.scores, tensors.keypoints, tensors.count) == ("BOXES", "SCORES", "KEYPOINTS", "COUNT")
+
+
+def test_spec_parameters_are_all_required_and_checked(served_config):
+    parameters = {key: value.string_value for key, value in served_config.parameters.items()}
+    assert D.DetectorSpec.from_parameters(parameters) == D.DetectorSpec.from_config(served_config)
+    with pytest.raises(ValueError, match=r"missing detection parameter.*x_scale"):
+        D.DetectorSpec.from_parameters({k: v for k, v in parameters.items() if k != "x_scale"})
+    with pytest.raises(ValueError, match=r"unknown detection parameter.*nms"):
+        D.DetectorSpec.from_parameters({**parameters, "nms": "x"})
+    with pytest.raises(ValueError, match="min_suppression_threshold: could not convert"):
+        D.DetectorSpec.from_parameters({**parameters, "min_suppression_threshold": "high"})
+    with pytest.raises(ValueError, match="overlap_type"):
+        D.DetectorSpec.from_parameters({**parameters, "overlap_type": "INTERSECTION_OVER_AREA"})
+    with pytest.raises(ValueError, match="min_score_thresh must be in"):
+        D.DetectorSpec.from_parameters({**parameters, "min_score_thresh": "1.5"})
+    with pytest.raises(ValueError, match="anchors, num_boxes is 896"):
+        D.DetectorSpec.from_parameters({**parameters, "aspect_ratios": "1.0,2.0"})
+
+
+def test_detect_is_postprocess_through_the_letterbox_of_each_size():
+    spec = D.DetectorSpec(D.DecodeOptions(), max_detections=2)
+    r1, s1 = raw_for({100: (0.25, 0.5, 0.2, 0.2), 800: (0.8, 0.5, 0.2, 0.2), 300: (0.5, 0.2, 0.1, 0.1)}, {100: 3.0, 800: 2.0, 300: 1.0})
+    r2, s2 = raw_for({}, {})
+    raw, logits = np.concatenate([r1, r2]), np.concatenate([s1, s2])
+    sizes = np.array([[240, 480], [600, 400]], np.int32)
+    found = D.detect(raw, logits, sizes, spec, [0.5, 0.5], ANCHORS)
+    expected = D.postprocess(raw, logits, D.letterbox_params([240, 600], [480, 400], 128), 0.5, max_detections=2)
+    for got, want in zip(
+        (found.boxes, found.keypoints, found.scores, found.counts), (expected.boxes, expected.keypoints, expected.scores, expected.counts)
+    ):
+        np.testing.assert_array_equal(got, want)
+    assert found.counts.tolist() == [2, 0]  # three faces, capped at max_detections, best first
+    np.testing.assert_allclose(found.scores[0], [1 / (1 + math.exp(-3)), 1 / (1 + math.exp(-2))], rtol=1e-6)
+
+
+def test_take_pads_each_request_to_its_own_largest_count():
+    params = D.letterbox_params([128] * 3, [128] * 3, 128)
+    r1, s1 = raw_for({100: (0.25, 0.5, 0.2, 0.2), 800: (0.8, 0.5, 0.2, 0.2)}, {100: 3.0, 800: 2.0})
+    r2, s2 = raw_for({}, {})
+    r3, s3 = raw_for({300: (0.5, 0.5, 0.4, 0.4)}, {300: 1.0})
+    found = D.postprocess(np.concatenate([r1, r2, r3]), np.concatenate([s1, s2, s3]), params)
+    assert len(found) == 3 and found.boxes.shape == (3, 2, 4)
+    first, rest, empty = found.take(0, 1), found.take(1, 3), found.take(1, 2)
+    assert first.boxes.shape == (1, 2, 4) and first.counts.tolist() == [2]
+    assert rest.boxes.shape == (2, 1, 4) and rest.keypoints.shape == (2, 1, 6, 2) and rest.scores.shape == (2, 1)
+    assert rest.counts.tolist() == [0, 1] and np.all(rest.boxes[0] == 0) and rest.scores[0, 0] == 0
+    np.testing.assert_array_equal(rest.boxes[1], found.boxes[2, :1])
+    assert empty.boxes.shape == (1, 0, 4) and empty.keypoints.shape == (1, 0, 6, 2) and empty.counts.tolist() == [0]
+    assert all(array.flags.c_contiguous for array in (rest.boxes, rest.keypoints, rest.scores))
+
+
+def test_parse_score_threshold():
+    np.testing.assert_array_equal(D.parse_score_threshold(None, 3, 0.5), [0.5, 0.5, 0.5])
+    np.testing.assert_array_equal(D.parse_score_threshold(np.array([[0.0], [1.0]], np.float32), 2, 0.5), [0.0, 1.0])
+    for bad in ([[1.5]], [[-0.1]], [[math.nan]]):
+        with pytest.raises(ValueError, match="SCORE_THRESHOLD must be in"):
+            D.parse_score_threshold(np.array(bad, np.float32), 1, 0.5)
+    with pytest.raises(ValueError, match="T must have one value per image"):
+        D.parse_score_threshold(np.array([[0.5]], np.float32), 2, 0.5, "T")
+
+
+def test_match_boxes_one_to_one_by_iou():
+    a = np.array([[0, 0, 10, 10], [20, 0, 30, 10], [50, 50, 60, 60]], np.float32)
+    b = np.array([[21, 0, 31, 10], [0, 0, 10, 11], [0, 0, 9, 9]], np.float32)
+    matches = D.match_boxes(a, b)
+    assert [(i, j) for i, j, _ in matches] == [(0, 1), (1, 0)]
+    assert matches[0][2] == pytest.approx(100 / 110)
+    assert D.match_boxes(a, np.zeros((0, 4))) == [] and D.match_boxes(a, b, min_iou=0.95) == []
+    np.testing.assert_allclose(D.box_iou(a[:1], a[:1]), [[1.0]])

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vision_serving import layout, model_config, preprocessing
+from vision_serving import detection, image_to_tensor, layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
 PNG_PHOTOS = ["chelsea", "coffee", "camera", "astronaut"]
@@ -150,3 +150,50 @@ def test_image_sizes_are_height_then_width():
     images = [np.zeros((10, 20, 3), dtype=np.uint8), np.zeros((7, 3, 3), dtype=np.uint8)]
     sizes = preprocessing.image_sizes(images)
     assert sizes.dtype == np.int32 and sizes.tolist() == [[10, 20], [7, 3]]
+
+
+@pytest.fixture(scope="module")
+def letterbox_spec():
+    return preprocessing.PreprocessSpec.from_config(model_config.load_config(layout.pipeline("face_detector").model_dir("preprocess")))
+
+
+def test_letterbox_spec_is_read_from_the_detector_config(letterbox_spec):
+    assert letterbox_spec.resize == "letterbox" and letterbox_spec.crop_size == 128
+    assert letterbox_spec.interpolation == "bilinear" and letterbox_spec.layout == "NHWC" and letterbox_spec.color_order == "RGB"
+    assert letterbox_spec.mean == (127.5, 127.5, 127.5) and letterbox_spec.std == (127.5, 127.5, 127.5)
+
+
+def test_letterbox_keeps_the_aspect_ratio_with_zero_bars(spec):
+    """A 2:1 white image fills the middle half of the rows; the bars are zero pixels (-1 in [-1, 1])."""
+    letterbox = preprocessing.PreprocessSpec(
+        **{**spec.__dict__, "resize": "letterbox", "layout": "NHWC", "mean": (127.5,) * 3, "std": (127.5,) * 3}
+    )
+    out = preprocessing.preprocess_batch([np.full((100, 200, 3), 255, dtype=np.uint8)], letterbox)[0]
+    size = letterbox.crop_size
+    quarter = size // 4
+    assert np.all(out[: quarter - 1] == -1.0) and np.all(out[-quarter + 1 :] == -1.0)
+    np.testing.assert_allclose(out[quarter + 1 : -quarter - 1, :-1], 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["astronaut", "grace_hopper", "coffee", "camera"])
+def test_letterbox_is_the_detection_modules_imagetotensor_warp(name, photo_bytes, letterbox_spec, preprocess_config):
+    """The served letterbox warps exactly like vision_serving.detection.letterbox (MediaPipe's
+    ImageToTensorCalculator, parity-tested there); only the [-1, 1] scaling rounds differently:
+    (x - 127.5) / 127.5 in float32 against MediaPipe's fused x * (2/255) - 1, at most one ulp."""
+    limits = preprocessing.limits_from_config(preprocess_config)
+    image = decode_rgb(photo_bytes[name], limits)
+    size = letterbox_spec.crop_size
+    served_pixels = preprocessing.resize_and_crop(image, letterbox_spec)
+    roi = detection.letterbox_params([image.shape[0]], [image.shape[1]], size).roi(0)
+    np.testing.assert_array_equal(served_pixels, image_to_tensor.warp_roi(image, roi, size, size))
+    served = preprocessing.preprocess_batch([image], letterbox_spec)
+    expected, _ = detection.letterbox(image, size)
+    assert np.abs(served - expected).max() <= np.spacing(np.float32(1.0))
+
+
+def test_stretch_is_the_whole_image_roi(photo_bytes, preprocess_config):
+    image = decode_rgb(photo_bytes["astronaut"], preprocessing.limits_from_config(preprocess_config))
+    np.testing.assert_array_equal(
+        preprocessing.stretch(image, 96, 64, preprocessing.INTERPOLATIONS["bilinear"]),
+        image_to_tensor.warp_roi(image, (0.0, 0.0, float(image.shape[1]), float(image.shape[0])), 96, 64),
+    )
