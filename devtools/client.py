@@ -107,7 +107,7 @@ class TritonConnection:
             self.module = httpclient
             self.client = httpclient.InferenceServerClient(url.removeprefix("http://"), connection_timeout=timeout, network_timeout=timeout)
 
-    def _call_options(self) -> dict[str, Any]:
+    def call_options(self) -> dict[str, Any]:
         # gRPC takes a deadline per call; the HTTP client's timeouts are set on the client.
         return {"client_timeout": self.timeout} if self.protocol == "grpc" else {}
 
@@ -117,13 +117,13 @@ class TritonConnection:
     def check_ready(self, model: str) -> None:
         where = f"Triton at {self.url} ({self.protocol})"
         try:
-            server_ready = self.client.is_server_ready(**self._call_options())
+            server_ready = self.client.is_server_ready(**self.call_options())
         except Exception as error:  # connection refused, DNS, timeout: all mean "not reachable"
             raise ClassifyError(f"cannot reach {where}: {error_message(error)}") from None
         if not server_ready:
             raise ClassifyError(f"{where} is up but not ready (still loading models, or a model failed to load)")
         try:
-            model_ready = self.client.is_model_ready(model, **self._call_options())
+            model_ready = self.client.is_model_ready(model, **self.call_options())
         except Exception as error:
             raise ClassifyError(f"cannot ask {where} about model '{model}': {error_message(error)}") from None
         if not model_ready:
@@ -132,8 +132,8 @@ class TritonConnection:
     def model_interface(self, model: str) -> ModelInterface:
         try:
             if self.protocol == "grpc":
-                metadata = self.client.get_model_metadata(model, as_json=True, **self._call_options())
-                config = self.client.get_model_config(model, as_json=True, **self._call_options())["config"]
+                metadata = self.client.get_model_metadata(model, as_json=True, **self.call_options())
+                config = self.client.get_model_config(model, as_json=True, **self.call_options())["config"]
             else:
                 metadata = self.client.get_model_metadata(model)
                 config = self.client.get_model_config(model)
@@ -157,7 +157,7 @@ class TritonConnection:
             inputs.append(k_input)
         names = (interface.labels_output, interface.scores_output, interface.class_ids_output)
         outputs = [self.module.InferRequestedOutput(name) for name in names]
-        result = self.client.infer(interface.name, inputs, outputs=outputs, **self._call_options())
+        result = self.client.infer(interface.name, inputs, outputs=outputs, **self.call_options())
         labels, scores, class_ids = (result.as_numpy(name).reshape(len(images), -1) for name in names)
         return [
             [

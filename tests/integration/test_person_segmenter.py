@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -9,7 +11,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from builders import references
-from vision_serving import image_codec, segmentation
+from vision_serving import image_codec, layout, segmentation
 
 pytestmark = pytest.mark.integration
 
@@ -92,3 +94,32 @@ def test_the_same_photos_through_every_pipeline(triton_server, photo_bytes):
     masks, coverage = segment(triton_server, [photo_bytes[n] for n in names])
     assert [m.shape for m in masks] == [image_codec.decode_rgb(photo_bytes[n], LIMITS).shape[:2] for n in names]
     assert coverage[0] > 0.3
+
+
+def test_segment_client_saves_masks_and_overlays(triton_server, photo_bytes, tmp_path):
+    """./scripts/segment: a mask PNG (and overlay) per image, one error line for a bad file, exit 1."""
+    photos_dir = tmp_path / "photos"
+    photos_dir.mkdir()
+    (photos_dir / "astronaut.png").write_bytes(photo_bytes["astronaut"])
+    (photos_dir / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a JPEG")
+    out = tmp_path / "masks"
+    completed = subprocess.run(
+        [
+            str(layout.REPOSITORY_ROOT / "scripts" / "segment"),
+            "--url",
+            triton_server.grpc_url,
+            "--overlay",
+            "--out-dir",
+            str(out),
+            str(photos_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 1, completed.stderr
+    assert f"segment: error: {photos_dir / 'broken.jpg'}:" in completed.stderr
+    assert "person" in completed.stdout and "astronaut.mask.png" in completed.stdout
+    mask = segmentation.decode_png((out / "astronaut.mask.png").read_bytes())
+    assert mask.shape == (512, 512) and 0.5 < (mask == 255).mean() < 0.6
+    assert (out / "astronaut.overlay.jpg").stat().st_size > 1000
