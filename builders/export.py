@@ -19,15 +19,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from builders import BuildError, CheckFailed, Log, stderr_logger
+from builders import BuildError, CheckFailed, Log, provenance, stderr_logger
 from builders import recipe as recipes
-from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_bytes, sha256_file
+from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
 from vision_serving import layout, model_config
 from vision_serving.layout import Pipeline
 
@@ -69,17 +68,6 @@ def _record(recipe: recipes.Recipe, source_file: Path) -> dict[str, Any]:
         "packages": package_versions(["onnx", "onnxruntime", "onnx-graphsurgeon", "numpy"]),
         "converter_requirements": (sha256_file(root / "requirements" / "tflite-convert.txt") if recipe.source.kind == "tflite" else None),
     }
-
-
-def _up_to_date(output: Path, expected: str) -> bool:
-    provenance = layout.provenance_path(output)
-    if not output.is_file() or not provenance.is_file():
-        return False
-    try:
-        recorded = json.loads(provenance.read_text())
-    except json.JSONDecodeError:
-        return False
-    return recorded.get("input_hash") == expected and recorded.get("onnx_sha256") == sha256_file(output)
 
 
 def _source_file(recipe: recipes.Recipe, log: Log) -> Path:
@@ -181,9 +169,9 @@ def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportRe
     pipeline = recipe.pipeline
     output = pipeline.onnx("fp32")
     source_file = _source_file(recipe, log)
-    record = _record(recipe, source_file)
-    expected = input_hash(record)
-    if not force and _up_to_date(output, expected):
+    inputs = _record(recipe, source_file)
+    expected = input_hash(inputs)
+    if not force and provenance.is_current(output, expected):
         log(f"{output.relative_to(layout.REPOSITORY_ROOT) if output.is_relative_to(layout.REPOSITORY_ROOT) else output} is up to date")
         return ExportResult("up to date", output, json.loads(layout.provenance_path(output).read_text()))
     extra: dict[str, Any] = {}
@@ -220,22 +208,26 @@ def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportRe
     extra["batch_max_abs_diff"] = _verify_batch(result.model, _served_batch(pipeline, VERIFY_PHOTOS), log)
     data = result.model.SerializeToString()
     atomic_write_bytes(output, data)
-    provenance = {
-        "step": "export",
-        "pipeline": pipeline.name,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "input_hash": expected,
-        "inputs": record,
-        "onnx_sha256": sha256_bytes(data),
-        "nodes": {"before": result.nodes_before, "after": result.nodes_after},
-        "op_counts": result.op_counts_after,
-        "passes": [vars(item) for item in result.passes],
-        **extra,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    atomic_write_bytes(layout.provenance_path(output), (json.dumps(provenance, indent=2, default=str) + "\n").encode())
-    log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {result.nodes_after} nodes) in {provenance['seconds']} s")
-    return ExportResult("exported", output, provenance)
+    record = provenance.Provenance.for_bytes(
+        "export",
+        expected,
+        output,
+        data,
+        input_hashes={"source": inputs["source"]["sha256"], "core_config": inputs["core_config_sha256"]},
+        tools=dict(inputs["packages"]),
+        inputs=inputs,
+        extra={
+            "pipeline": pipeline.name,
+            "nodes": {"before": result.nodes_before, "after": result.nodes_after},
+            "op_counts": result.op_counts_after,
+            "passes": [vars(item) for item in result.passes],
+            **extra,
+            "seconds": round(time.perf_counter() - started, 1),
+        },
+    )
+    record.write(layout.provenance_path(output))
+    log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {result.nodes_after} nodes) in {record.extra['seconds']} s")
+    return ExportResult("exported", output, record.to_dict())
 
 
 def _check_io(model: Any, pipeline: Pipeline) -> None:

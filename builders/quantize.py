@@ -35,13 +35,12 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from builders import BuildError, CheckFailed, Log, calibration, qdq_rules, stderr_logger
+from builders import BuildError, CheckFailed, Log, calibration, provenance, qdq_rules, stderr_logger
 from builders.artifacts import (
     atomic_write_bytes,
     input_hash,
@@ -348,16 +347,6 @@ def input_record(repository: Path, options: QuantizeOptions) -> dict[str, Any]:
     }
 
 
-def is_up_to_date(output: Path, provenance_path: Path, expected_hash: str) -> bool:
-    if not (output.is_file() and provenance_path.is_file()):
-        return False
-    try:
-        record = json.loads(provenance_path.read_text())
-        return record["input_hash"] == expected_hash and record["model"]["sha256"] == sha256_file(output)
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far (Linux reports KiB)."""
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -413,13 +402,13 @@ def quantize(
     if not source.is_file():
         raise BuildError(f"{source} does not exist; run `python -m builders export` first")
     output = Path(output) if output else int8_path(repository)
-    provenance_path = output.with_name(output.name + ".json")
+    provenance_path = provenance.path_for(output)
     core = model_config.load_config(Pipeline.at(repository).core_dir)
     input_name = model_config.only_tensor(core, "input").name
 
     record = input_record(repository, options)
     expected_hash = input_hash(record)
-    if not force and is_up_to_date(output, provenance_path, expected_hash):
+    if not force and provenance.is_current(output, expected_hash):
         log(f"up to date ({output.name})")
         return QuantizeResult("up to date", output, provenance_path, json.loads(provenance_path.read_text()))
 
@@ -458,56 +447,61 @@ def quantize(
 
     summary = qdq_summary(quantized)
     opset = max(o.version for o in quantized.opset_import if o.domain in STANDARD_DOMAINS)
-    provenance = {
-        "step": "quantize",
-        "input_hash": expected_hash,
-        "inputs": record,
-        "quantizer": {
-            "tool": "nvidia-modelopt",
-            "version": package_versions(["nvidia-modelopt"])["nvidia-modelopt"],
-            "api": "modelopt.onnx.quantization.quantize",
-            "quantize_mode": "int8",
-            "calibration_method": options.method,
-            "high_precision_dtype": options.high_precision,
-            "calibration_eps": ["cpu"],
-            "calibration_batch": options.calibration_batch,
-            "exclusions": exclusions,
-            "defaults_rationale": DEFAULT_RATIONALE,
+    modelopt_version = package_versions(["nvidia-modelopt"])["nvidia-modelopt"]
+    built = provenance.Provenance.for_bytes(
+        "quantize",
+        expected_hash,
+        output,
+        model_bytes,
+        input_hashes={"onnx": record["input_onnx"]["sha256"], "calibration": calib.sha256, "calibration_recipe": calib.recipe_hash},
+        tools=dict(record["packages"]),
+        inputs=record,
+        extra={
+            "quantizer": {
+                "tool": "nvidia-modelopt",
+                "version": modelopt_version,
+                "api": "modelopt.onnx.quantization.quantize",
+                "quantize_mode": "int8",
+                "calibration_method": options.method,
+                "high_precision_dtype": options.high_precision,
+                "calibration_eps": ["cpu"],
+                "calibration_batch": options.calibration_batch,
+                "exclusions": exclusions,
+                "defaults_rationale": DEFAULT_RATIONALE,
+            },
+            "calibration": {
+                "file": calib.path.name,
+                "sha256": calib.sha256,
+                "samples": calib.count,
+                "seed": options.seed,
+                "source": str(options.calibration_dir) if options.calibration_dir else "package photos",
+                "photos": [s["name"] for s in calibration_recipe(repository, options)[0]["sources"]],
+                "held_out_photos": list(calibration.photo_split(repository)[1]),
+                "profile": calibration.CALIBRATION_PROFILE.name,
+                "recipe_hash": calib.recipe_hash,
+            },
+            "input_onnx": {"file": source.name, "sha256": record["input_onnx"]["sha256"]},
+            "model": {
+                "file": output.name,
+                "opset": opset,
+                "node_count": len(quantized.graph.node),
+                "qdq": summary,
+                "checks": qdq_rules.checks_description(),
+            },
+            "calibration_seconds": round(calibration_seconds, 1),
+            "seconds": round(time.perf_counter() - started, 1),
+            "peak_rss_mb": peak_rss_mb(),
         },
-        "calibration": {
-            "file": calib.path.name,
-            "sha256": calib.sha256,
-            "samples": calib.count,
-            "seed": options.seed,
-            "source": str(options.calibration_dir) if options.calibration_dir else "package photos",
-            "photos": [s["name"] for s in calibration_recipe(repository, options)[0]["sources"]],
-            "held_out_photos": list(calibration.photo_split(repository)[1]),
-            "profile": calibration.CALIBRATION_PROFILE.name,
-            "recipe_hash": calib.recipe_hash,
-        },
-        "input_onnx": {"file": source.name, "sha256": record["input_onnx"]["sha256"]},
-        "model": {
-            "file": output.name,
-            "sha256": sha256_bytes(model_bytes),
-            "bytes": len(model_bytes),
-            "opset": opset,
-            "node_count": len(quantized.graph.node),
-            "qdq": summary,
-            "checks": qdq_rules.checks_description(),
-        },
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "calibration_seconds": round(calibration_seconds, 1),
-        "seconds": round(time.perf_counter() - started, 1),
-        "peak_rss_mb": peak_rss_mb(),
-    }
+    )
+    provenance_record = built.to_dict()
     atomic_write_bytes(output, model_bytes)
-    atomic_write_bytes(provenance_path, (json.dumps(provenance, indent=2) + "\n").encode())
+    built.write(provenance_path)
     log(
         f"wrote {output.name} ({len(model_bytes) / 1e6:.1f} MB, opset {opset}, {summary['quantize_linear']} Q / "
         f"{summary['dequantize_linear']} DQ; quantized {sum(summary['quantized_ops'].values())} ops) in "
-        f"{provenance['seconds']} s (ModelOpt {provenance['calibration_seconds']} s), peak RSS {provenance['peak_rss_mb']:.0f} MB"
+        f"{built.extra['seconds']} s (ModelOpt {built.extra['calibration_seconds']} s), peak RSS {built.extra['peak_rss_mb']:.0f} MB"
     )
-    return QuantizeResult("quantized", output, provenance_path, provenance)
+    return QuantizeResult("quantized", output, provenance_path, provenance_record)
 
 
 def recipe_options(repository: Path, **overrides: Any) -> QuantizeOptions:

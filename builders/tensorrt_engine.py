@@ -32,8 +32,6 @@ Triton server image).
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import re
 import subprocess
@@ -44,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from builders import BuildError
-from builders.artifacts import atomic_write_bytes, sha256_bytes, sha256_file
+from builders import BuildError, provenance
+from builders.artifacts import atomic_write_bytes, input_hash, sha256_file
 from vision_serving import layout, model_config
 from vision_serving.layout import Pipeline
 from vision_serving.model_config import ConfigError
@@ -54,7 +52,7 @@ CORE_MODEL = "core"
 MODEL_VERSION = layout.MODEL_VERSION
 QDQ_ONNX_FILENAME = layout.INT8_ONNX
 PLAN_FILENAME = layout.PLAN
-PROVENANCE_SUFFIX = ".json"
+PROVENANCE_SUFFIX = provenance.SUFFIX
 MIN_TENSORRT = (10, 8)
 DEFAULT_WORKSPACE_MIB = 2048
 BUILD_DIR = layout.BUILD_DIR / "tensorrt"
@@ -336,46 +334,18 @@ def compare_engine_io(
 
 
 def provenance_path(plan_path: Path) -> Path:
-    return plan_path.with_name(plan_path.name + PROVENANCE_SUFFIX)
-
-
-def _find_calibration_hash(record: Any) -> str | None:
-    """The first value under a key mentioning 'calibration' that is (or holds) a sha256."""
-    if isinstance(record, dict):
-        for key, value in record.items():
-            if "calibration" in str(key).lower():
-                if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value):
-                    return value
-                if isinstance(value, dict):
-                    for inner in ("sha256", "hash", "input_hash"):
-                        if isinstance(value.get(inner), str):
-                            return str(value[inner])
-        for value in record.values():
-            found = _find_calibration_hash(value)
-            if found:
-                return found
-    elif isinstance(record, list):
-        for value in record:
-            found = _find_calibration_hash(value)
-            if found:
-                return found
-    return None
+    return provenance.path_for(plan_path)
 
 
 def onnx_provenance(onnx_path: Path) -> dict[str, Any]:
-    """What the Q/DQ ONNX's own provenance (``<onnx>.json``, written by the quantize step) says."""
-    path = onnx_path.with_name(onnx_path.name + PROVENANCE_SUFFIX)
+    """What the ONNX's own provenance (``<onnx>.json``, written by export/quantize/fp16) says: its input and calibration hashes."""
+    path = provenance.path_for(onnx_path)
     if not path.is_file():
         return {"file": None, "calibration_hash": None}
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise BuildError(f"{path}: unreadable provenance: {error}") from None
-    return {
-        "file": path.name,
-        "input_hash": record.get("input_hash") if isinstance(record, dict) else None,
-        "calibration_hash": _find_calibration_hash(record),
-    }
+    record = provenance.Provenance.read(path)
+    if record is None:
+        raise BuildError(f"{path}: unreadable provenance") from None
+    return {"file": path.name, "input_hash": record.input_hash or None, "calibration_hash": record.input_hashes.get("calibration")}
 
 
 def count_qdq_nodes(onnx_path: Path) -> int | None:
@@ -455,24 +425,8 @@ def load_core_config(repository: Path) -> ModelConfig:
 
 
 def _read_provenance(path: Path) -> dict[str, Any] | None:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _matches(record: Mapping[str, Any] | None, wanted: Mapping[str, Any], plan: Path) -> bool:
-    """A plan and its provenance that are exactly what would be built now."""
-    if not record or not plan.is_file():
-        return False
-    current = {
-        "key": record.get("cache_key"),
-        "onnx_sha256": record.get("onnx", {}).get("sha256"),
-        "profile": record.get("profile"),
-        "workspace_bytes": record.get("builder", {}).get("workspace_bytes"),
-    }
-    return current == dict(wanted) and record.get("plan", {}).get("sha256") == sha256_file(plan)
+    record = provenance.Provenance.read(path)
+    return record.to_dict() if record is not None else None
 
 
 def _copy_atomically(source: Path, target: Path) -> None:
@@ -497,19 +451,20 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
     profile_record = {p.name: p.as_dict() for p in profiles}
     workspace_bytes = settings.workspace_mib << 20
     wanted = {"key": key, "onnx_sha256": onnx_sha, "profile": profile_record, "workspace_bytes": workspace_bytes}
+    wanted_hash = input_hash(wanted)
 
     target_plan = settings.output
     # One plan per pipeline in the cache: <cache>/trt<X.Y.Z>-sm<CC>/<pipeline>/model.plan.
     build_plan = settings.cache_dir / key / Pipeline.at(settings.repository).name / PLAN_FILENAME if settings.cache_dir else target_plan
-    if not settings.force and _matches(_read_provenance(provenance_path(build_plan)), wanted, build_plan):
-        record = _read_provenance(provenance_path(build_plan)) or {}
+    if not settings.force and provenance.is_current(build_plan, wanted_hash):
+        current = _read_provenance(provenance_path(build_plan)) or {}
         if build_plan != target_plan:
             _copy_atomically(build_plan, target_plan)
             atomic_write_bytes(provenance_path(target_plan), provenance_path(build_plan).read_bytes())
             log(f"{key}: cached plan {build_plan} is current; copied to {target_plan}")
-            return BuildResult("from-cache", target_plan, record)
+            return BuildResult("from-cache", target_plan, current)
         log(f"{key}: {target_plan} is up to date (use --force to rebuild)")
-        return BuildResult("up-to-date", target_plan, record)
+        return BuildResult("up-to-date", target_plan, current)
 
     timing_cache = settings.timing_cache or ((settings.cache_dir or BUILD_DIR) / key / "timing.cache")
     log(f"building {key} from {settings.onnx} ({len(profiles)} input(s), opt batch {profiles[0].opt[0] if profiles[0].opt else '-'})")
@@ -519,39 +474,42 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
 
     gpu = gpus[0]
     onnx_record = onnx_provenance(settings.onnx)
-    provenance: dict[str, Any] = {
-        "step": "build-engine",
-        "cache_key": key,
-        "plan": {"file": build_plan.name, "sha256": sha256_bytes(plan_bytes), "bytes": len(plan_bytes)},
-        "tensorrt": {"version": str(trt.__version__), "release": release(trt.__version__), "must_match": "major.minor.patch"},
-        "gpu": {
-            "name": gpu.name,
-            "compute_capability": capability,
-            "driver_version": gpu.driver_version,
-            "cuda_driver_version": gpu.cuda_driver_version,
-            "visible_gpus": len(gpus),
+    record = provenance.Provenance.for_bytes(
+        "build-engine",
+        wanted_hash,
+        build_plan,
+        plan_bytes,
+        input_hashes={
+            "onnx": onnx_sha,
+            "onnx_provenance": onnx_record.get("input_hash"),
+            "calibration": onnx_record["calibration_hash"],
+            "core_config": sha256_file(Pipeline.at(settings.repository).core_dir / "config.pbtxt"),
         },
-        "onnx": {
-            "file": settings.onnx.name,
-            "sha256": onnx_sha,
-            "qdq_nodes": count_qdq_nodes(settings.onnx),
-            "provenance": onnx_record["file"],
-            "provenance_input_hash": onnx_record.get("input_hash"),
+        tools={"tensorrt": str(trt.__version__)},
+        inputs=wanted,
+        extra={
+            "cache_key": key,
+            "tensorrt": {"version": str(trt.__version__), "release": release(trt.__version__), "must_match": "major.minor.patch"},
+            "gpu": {
+                "name": gpu.name,
+                "compute_capability": capability,
+                "driver_version": gpu.driver_version,
+                "cuda_driver_version": gpu.cuda_driver_version,
+                "visible_gpus": len(gpus),
+            },
+            "onnx": {"file": settings.onnx.name, "qdq_nodes": count_qdq_nodes(settings.onnx), "provenance": onnx_record["file"]},
+            "profile": profile_record,
+            "builder": {**builder_record, "workspace_bytes": workspace_bytes},
+            "seconds": seconds,
         },
-        "calibration_hash": onnx_record["calibration_hash"],
-        "core_config_sha256": sha256_file(Pipeline.at(settings.repository).core_dir / "config.pbtxt"),
-        "profile": profile_record,
-        "builder": {**builder_record, "workspace_bytes": workspace_bytes},
-        "built_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "seconds": seconds,
-    }
+    )
     atomic_write_bytes(build_plan, plan_bytes)
-    atomic_write_bytes(provenance_path(build_plan), (json.dumps(provenance, indent=2) + "\n").encode())
+    record.write(provenance_path(build_plan))
     if build_plan != target_plan:
         _copy_atomically(build_plan, target_plan)
         atomic_write_bytes(provenance_path(target_plan), provenance_path(build_plan).read_bytes())
     log(f"wrote {target_plan} ({len(plan_bytes) / 1e6:.1f} MB, {seconds} s) and {provenance_path(target_plan).name}")
-    return BuildResult("built", target_plan, provenance)
+    return BuildResult("built", target_plan, record.to_dict())
 
 
 def _build_serialized(
@@ -661,13 +619,14 @@ def verify_plan(
     """Raise ``VerificationError`` (exit 1) with one line when the plan cannot be served here."""
     if not plan_path.is_file():
         raise BuildError(f"{plan_path}: no such plan (run python -m builders build-engine)")
-    record = _read_provenance(provenance_path(plan_path))
-    if record is None:
+    built = provenance.Provenance.read(provenance_path(plan_path))
+    if built is None:
         raise VerificationError(
             f"{provenance_path(plan_path)}: missing or unreadable provenance; rebuild the plan with python -m builders build-engine"
         )
     problems = []
-    if record.get("plan", {}).get("sha256") != sha256_file(plan_path):
+    record = built.to_dict()
+    if built.output_sha256 != sha256_file(plan_path):
         problems.append("the plan's sha256 differs from its provenance (replaced or corrupted)")
     version, source = current_tensorrt_version(tensorrt_version)
     visible = list(gpus) if gpus is not None else query_gpus()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ import onnx
 import onnxruntime
 import pytest
 
-from builders import export, export_onnx
+from builders import export, export_onnx, provenance
 from vision_serving import layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
@@ -80,7 +79,8 @@ def test_provenance(exported: export_onnx.ExportResult, onnx_model: onnx.ModelPr
     record = json.loads(exported.provenance_path.read_text())
     assert record["inputs"]["weights"]["sha256"].startswith("579344248a93")
     assert record["model"]["node_count"] == len(onnx_model.graph.node)
-    assert record["model"]["sha256"] == export_onnx.sha256_file(exported.onnx_path)
+    assert record["step"] == "export" and record["output"]["sha256"] == export_onnx.sha256_file(exported.onnx_path)
+    assert record["companions"] == {"../../image_classifier_postprocess/labels.txt": export_onnx.sha256_file(exported.labels_path)}
     assert record["verification"]["max_abs_diff"] <= export_onnx.MAX_ABS_LOGIT_DIFF
     assert record["verification"]["top1_identical"] is True
     assert set(record["inputs"]["packages"]) >= {"torch", "onnx", "efficientnet-lite-pytorch"}
@@ -142,13 +142,22 @@ def test_changed_or_tampered_outputs_are_not_up_to_date(exported: export_onnx.Ex
     assert export_onnx.is_up_to_date(plan, current_hash)
     assert not export_onnx.is_up_to_date(plan, "0" * 64)
 
-    labels_copy = tmp_path / "labels.txt"
-    labels_copy.write_text(exported.labels_path.read_text().replace("espresso", "coffee"))
-    assert not export_onnx.is_up_to_date(dataclasses.replace(plan, labels_path=labels_copy), current_hash)
-
-    broken_provenance = tmp_path / "model.onnx.json"
-    broken_provenance.write_text("{not json")
-    assert not export_onnx.is_up_to_date(dataclasses.replace(plan, provenance_path=broken_provenance), current_hash)
+    # A copy of the outputs elsewhere is current until one of them changes.
+    onnx_copy = tmp_path / "core" / "1" / plan.onnx_path.name
+    labels_copy = onnx_copy.parent / os.path.relpath(plan.labels_path, plan.onnx_path.parent)
+    for source, target in (
+        (plan.onnx_path, onnx_copy),
+        (plan.provenance_path, provenance.path_for(onnx_copy)),
+        (plan.labels_path, labels_copy),
+    ):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    assert provenance.is_current(onnx_copy, current_hash)
+    labels_copy.write_text(labels_copy.read_text().replace("espresso", "coffee"))
+    assert not provenance.is_current(onnx_copy, current_hash)
+    shutil.copyfile(plan.labels_path, labels_copy)
+    provenance.path_for(onnx_copy).write_text("{not json")
+    assert not provenance.is_current(onnx_copy, current_hash)
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

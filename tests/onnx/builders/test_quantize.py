@@ -337,7 +337,10 @@ def test_quantized_default_model_is_tensorrt_style_int8(int8_repository):
     assert provenance["calibration"]["held_out_photos"] == list(evaluation_photos)
     assert not set(provenance["calibration"]["photos"]) & set(evaluation_photos)
     assert provenance["input_onnx"]["sha256"] == q.sha256_file(q.fp32_path(int8_repository))
-    assert provenance["model"]["sha256"] == q.sha256_file(path)
+    assert (
+        provenance["output"]["sha256"] == q.sha256_file(path)
+        and provenance["input_hashes"]["calibration"] == provenance["calibration"]["sha256"]
+    )
     assert provenance["peak_rss_mb"] > 0 and provenance["calibration_seconds"] > 0
     excluded = set(provenance["quantizer"]["exclusions"]["nodes"])
     producer = {output: node.op_type for node in model.graph.node for output in node.output}

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from builders import BuildError, cli
+from builders import provenance as provenance_records
 from builders import tensorrt_engine as te
 from tests.support.tensorrt import TINY_CONFIG, core_config, run_cli, tiny_pipeline
 from vision_serving import layout, model_config
@@ -81,7 +82,7 @@ def test_default_onnx_is_the_precision_the_ladder_chose(tmp_path):
     pipeline = tiny_pipeline(tmp_path)
     fp16 = pipeline.onnx("fp16")
     fp16.write_bytes(b"fp16 model")
-    record = {"precision": "fp16", "onnx": fp16.name, "onnx_sha256": te.sha256_bytes(b"fp16 model")}
+    record = {"precision": "fp16", "onnx": fp16.name, "onnx_sha256": te.sha256_file(fp16)}
     pipeline.served_precision.write_text(json.dumps(record))
     assert te.default_onnx(pipeline.repository) == fp16
     fp16.write_bytes(b"changed since the ladder measured it")
@@ -190,15 +191,15 @@ def test_calibration_hash_is_read_from_the_onnx_provenance(tmp_path):
     onnx_path.write_bytes(b"")
     assert te.onnx_provenance(onnx_path) == {"file": None, "calibration_hash": None}
     digest = "ab" * 32
-    record = {"input_hash": "cd" * 32, "inputs": {"calibration_recipe": "ef" * 32}, "calibration": {"file": "c.npy", "sha256": digest}}
-    (tmp_path / "model_int8_qdq.onnx.json").write_text(json.dumps(record))
+    record = provenance_records.Provenance.for_bytes("quantize", "cd" * 32, onnx_path, b"", input_hashes={"calibration": digest})
+    record.write(provenance_records.path_for(onnx_path))
     assert te.onnx_provenance(onnx_path) == {"file": "model_int8_qdq.onnx.json", "input_hash": "cd" * 32, "calibration_hash": digest}
 
 
 def write_plan(directory: Path, record: dict, payload: bytes = b"plan") -> Path:
     plan = directory / "model.plan"
     plan.write_bytes(payload)
-    record = dict(record, plan={"sha256": te.sha256_bytes(payload)})
+    record = dict(record, output={"file": plan.name, "sha256": te.sha256_file(plan)})
     (directory / "model.plan.json").write_text(json.dumps(record))
     return plan
 
