@@ -41,6 +41,7 @@ from builders import (
     stderr_logger,
 )
 from builders.artifacts import atomic_write_bytes, sha256_bytes
+from builders.passes import onnx_io
 from vision_serving import model_config
 from vision_serving.layout import Pipeline
 from vision_serving.model_config import ModelConfig
@@ -266,24 +267,10 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
 
 def _export(graph: gs.Graph, source: onnx.ModelProto) -> onnx.ModelProto:
     """gs -> ONNX with the source model's header, value_info dropped and shapes re-inferred."""
-    exported = gs.export_onnx(graph, do_type_check=False)
-    exported.ir_version = source.ir_version
-    exported.producer_name = source.producer_name
-    exported.producer_version = source.producer_version
-    exported.domain = source.domain
-    exported.model_version = source.model_version
-    exported.doc_string = source.doc_string
-    del exported.metadata_props[:]
-    exported.metadata_props.extend(source.metadata_props)
-    del exported.graph.value_info[:]
-    return _infer(exported)
+    return onnx_io.export_with_metadata(graph, source, reinfer=True, do_type_check=False)
 
 
-def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    try:
-        return onnx.shape_inference.infer_shapes(model)
-    except Exception:
-        return model
+_infer = onnx_io.infer_shapes
 
 
 def _import(model: onnx.ModelProto) -> gs.Graph:
@@ -432,14 +419,7 @@ def fix_model(
     )
 
 
-def load_model(path: Path) -> onnx.ModelProto:
-    """Load an ONNX file; a missing or unreadable file is a user error (``BuildError``, exit 2)."""
-    if not path.is_file():
-        raise BuildError(f"{path}: no such file")
-    try:
-        return onnx.load(str(path))
-    except Exception as error:
-        raise BuildError(f"{path}: not an ONNX model ({type(error).__name__})") from None
+load_model = onnx_io.load_onnx
 
 
 def fix_file(

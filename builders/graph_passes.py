@@ -15,6 +15,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from builders import graph_fixes
+from builders.passes import onnx_io
 
 GraphPass = Callable[[gs.Graph], int]
 
@@ -120,9 +121,4 @@ def apply_passes(model: onnx.ModelProto, names: Iterable[str]) -> tuple[onnx.Mod
         raise KeyError(f"unknown graph pass(es) {unknown}; known: {sorted(PASSES)}")
     graph = gs.import_onnx(onnx.shape_inference.infer_shapes(model))
     counts = {name: PASSES[name](graph) for name in names}
-    exported = gs.export_onnx(graph)
-    # gs.export_onnx does not carry the model's metadata over.
-    exported.ir_version = model.ir_version
-    exported.producer_name = model.producer_name
-    exported.producer_version = model.producer_version
-    return exported, counts
+    return onnx_io.export_with_metadata(graph, model), counts
