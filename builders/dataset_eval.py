@@ -26,7 +26,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from builders import BuildError, Log, recipe as recipes, stderr_logger
+from builders import BuildError, Log, stderr_logger
+from builders import recipe as recipes
 from vision_serving import classification, image_codec, model_config, preprocessing, segmentation
 from vision_serving.layout import Pipeline
 
