@@ -9,7 +9,10 @@ reference is clipped the same way before comparing.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from builders import references
 from tests.support import faces
-from vision_serving import detection, image_codec
+from vision_serving import detection, image_codec, layout, segmentation
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +146,80 @@ def test_bad_upload_is_invalid_argument_and_the_server_keeps_serving(triton_serv
         detect(triton_server, [b"GIF89a not really"])
     assert str(error.value.status()) == "StatusCode.INVALID_ARGUMENT"
     assert detect(triton_server, [photos["astronaut"]])["COUNT"].tolist() == [[1]]
+
+
+def test_the_same_photos_through_every_pipeline(triton_server, photos):
+    """One server, all three pipelines, the same uploads in one request each."""
+    names = ["astronaut", "faces_2x2", "coffee"]
+    uploads = np.array([[photos[n]] for n in names], dtype=np.object_)
+    client = grpcclient.InferenceServerClient(triton_server.grpc_url)
+
+    def infer(model: str, outputs: tuple[str, ...]) -> list[np.ndarray]:
+        image = grpcclient.InferInput("IMAGE", [len(names), 1], "BYTES")
+        image.set_data_from_numpy(uploads)
+        result = client.infer(model, [image])
+        return [result.as_numpy(name) for name in outputs]
+
+    assert {p.name for p in layout.pipelines()} == {"image_classifier", "person_segmenter", MODEL}
+    (labels,) = infer("image_classifier", ("LABELS",))
+    masks, coverage = infer("person_segmenter", ("MASK", "COVERAGE"))
+    boxes, counts = infer(MODEL, ("BOXES", "COUNT"))
+    sizes = [image_codec.decode_rgb(photos[n], faces.LIMITS).shape[:2] for n in names]
+    assert labels.shape == (3, 5) and labels[2, 0] == b"espresso"
+    assert [segmentation.decode_png(png).shape for png in masks[:, 0]] == sizes
+    assert coverage[0, 0] > 0.3
+    assert counts[:, 0].tolist() == [1, 4, 0] and boxes.shape == (3, 4, 4)
+    # The astronaut's face is inside what the segmenter calls person.
+    x0, y0, x1, y1 = boxes[0, 0].round().astype(int)
+    assert segmentation.decode_png(masks[0, 0])[y0:y1, x0:x1].mean() > 0.9 * 255
+
+
+def test_detect_client_prints_boxes_and_draws_them(triton_server, photos, tmp_path):
+    """./scripts/detect: a table of boxes per file; --draw writes the image with boxes and keypoints."""
+    uploads = tmp_path / "photos"
+    uploads.mkdir()
+    (uploads / "astronaut.png").write_bytes(photos["astronaut"])
+    (uploads / "coffee.png").write_bytes(photos["coffee"])
+    script = str(layout.REPOSITORY_ROOT / "scripts" / "detect")
+    drawn = tmp_path / "drawn.jpg"
+    single = subprocess.run(
+        [script, "--url", triton_server.grpc_url, "--draw", str(drawn), "astronaut.png"],
+        cwd=uploads,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert single.returncode == 0, single.stderr
+    lines = single.stdout.splitlines()
+    assert lines[0] == f"astronaut.png: 1 face -> {drawn}" and lines[1].split() == ["face", "score", "x_min", "y_min", "x_max", "y_max"]
+    face, score, *box = lines[2].split()
+    assert face == "1" and 0.9 < float(score) < 1 and detection.box_iou([float(v) for v in box], [178, 83, 273, 178])[0, 0] > 0.95
+    image = image_codec.decode_rgb(drawn.read_bytes(), faces.LIMITS)
+    original = image_codec.decode_rgb(photos["astronaut"], faces.LIMITS)
+    assert image.shape == original.shape and not np.array_equal(image, original)
+
+    (uploads / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a JPEG")
+    folder = subprocess.run(
+        [
+            script,
+            "--url",
+            triton_server.http_url,
+            "--protocol",
+            "http",
+            "--json",
+            "--score-threshold",
+            "0.6",
+            "--draw",
+            str(tmp_path / "out"),
+            str(uploads),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert folder.returncode == 1 and f"detect: error: {uploads / 'broken.jpg'}:" in folder.stderr
+    results = {Path(r["file"]).name: r for r in json.loads(folder.stdout)}
+    assert "error" in results["broken.jpg"] and results["coffee.png"]["faces"] == []
+    (found,) = results["astronaut.png"]["faces"]
+    assert set(found["keypoints"]) == set(detection.KEYPOINT_NAMES) and found["score"] > 0.6
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["astronaut.faces.jpg", "coffee.faces.jpg"]
