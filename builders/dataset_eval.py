@@ -28,11 +28,11 @@ import numpy as np
 
 from builders import BuildError, Log, stderr_logger
 from builders import recipe as recipes
+from builders.calibration import IMAGE_SUFFIXES
 from vision_serving import classification, image_codec, model_config, preprocessing, segmentation
 from vision_serving.layout import Pipeline
 
 log_to_stderr = stderr_logger("evaluate")
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 MASK_SUFFIX = ".mask.png"
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from builders import BuildError, Log, stderr_logger
 from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, sha256_file
-from vision_serving import layout, model_config, segmentation
+from vision_serving import model_config, segmentation
 from vision_serving.layout import Pipeline
 
 log_to_stderr = stderr_logger("select-precision")
@@ -120,22 +120,25 @@ def build_fp16(pipeline: Pipeline, log: Log) -> Path:
     import onnx
     from onnxconverter_common import float16
 
+    from builders import provenance
+    from builders.artifacts import input_hash, package_versions
+
     source, output = pipeline.onnx("fp32"), pipeline.onnx("fp16")
-    record_path = layout.provenance_path(output)
-    source_hash = sha256_file(source)
-    if output.is_file() and record_path.is_file() and json.loads(record_path.read_text()).get("source_sha256") == source_hash:
+    inputs = {
+        "onnx": sha256_file(source),
+        "converter": "onnxconverter-common float16, keep_io_types",
+        "tools": package_versions(["onnxconverter-common", "onnx"]),
+    }
+    expected = input_hash(inputs)
+    if provenance.is_current(output, expected):
         return output
     log(f"converting {source.name} to FP16 (inputs and outputs stay FP32)...")
-    converted = float16.convert_float_to_float16(onnx.load(str(source)), keep_io_types=True)
-    data = converted.SerializeToString()
+    data = float16.convert_float_to_float16(onnx.load(str(source)), keep_io_types=True).SerializeToString()
     atomic_write_bytes(output, data)
-    atomic_write_bytes(
-        record_path,
-        (
-            json.dumps({"step": "fp16", "source_sha256": source_hash, "converter": "onnxconverter-common float16, keep_io_types"}, indent=2)
-            + "\n"
-        ).encode(),
+    record = provenance.Provenance.for_bytes(
+        "fp16", expected, output, data, input_hashes={"onnx": inputs["onnx"]}, tools=inputs["tools"], inputs=inputs
     )
+    record.write(provenance.path_for(output))
     return output
 
 
@@ -202,12 +205,8 @@ def select_precision(repository: Path | str, log: Log = log_to_stderr) -> dict[s
 
 
 def served_onnx(pipeline: Pipeline) -> Path | None:
-    """The ONNX the ladder chose, if it ran and the file is still the one it measured."""
-    if not pipeline.served_precision.is_file():
-        return None
-    record = json.loads(pipeline.served_precision.read_text())
-    path = pipeline.core_file(record["onnx"])
-    return path if path.is_file() and sha256_file(path) == record["onnx_sha256"] else None
+    """The ONNX the ladder chose, if it ran and the file is still the one it measured (read as the CPU cores read it)."""
+    return pipeline.served_onnx()
 
 
 def render_markdown(record: dict[str, Any]) -> str:

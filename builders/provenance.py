@@ -38,7 +38,6 @@ from typing import Any
 
 from builders.artifacts import atomic_write_bytes, sha256_bytes, sha256_file
 
-SUFFIX = ".json"
 _FIELDS = ("step", "created_at", "input_hash", "output", "input_hashes", "companions", "tools", "inputs")
 
 
@@ -47,8 +46,10 @@ def now() -> str:
 
 
 def path_for(artifact: Path) -> Path:
-    """The provenance record beside ``artifact`` (``model.onnx`` -> ``model.onnx.json``)."""
-    return artifact.with_name(artifact.name + SUFFIX)
+    """The provenance record beside ``artifact`` (``model.onnx`` -> ``model.onnx.json``): layout's rule."""
+    from vision_serving.layout import provenance_path
+
+    return provenance_path(artifact)
 
 
 @dataclass
