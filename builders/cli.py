@@ -13,55 +13,13 @@ stderr, never a traceback; progress lines also go to stderr.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from builders import BuildError
+from builders import arguments, tensorrt_engine
 from vision_serving import layout
-from vision_serving.model_config import ConfigError
 
 StepAdder = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", argparse.ArgumentParser], None]
-
-
-def _common_options() -> argparse.ArgumentParser:
-    """Options every step accepts."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--pipeline",
-        metavar="NAME",
-        help="the pipeline to build (a folder of the model repository with a pipeline.toml); "
-        "required when the repository has more than one",
-    )
-    common.add_argument(
-        "--model-repository",
-        type=Path,
-        default=layout.MODEL_REPOSITORY,
-        metavar="PATH",
-        help="the model repository holding the pipelines (default: %(default)s)",
-    )
-    return common
-
-
-def _resolve_pipeline(args: argparse.Namespace) -> None:
-    """Set ``args.repository`` to the chosen pipeline's folder (its own Triton model repository)."""
-    if args.step in ("all", "new-pipeline"):
-        return
-    if args.step == "check" and args.model is not None and not args.pipeline:
-        args.repository = None  # an explicit model file: no pipeline is read
-        return
-    explicit_files = any(getattr(args, name, None) for name in ("onnx", "output", "plan"))
-    if args.step in ("build-engine", "verify-plan") and not args.pipeline and not explicit_files:
-        args.repository = None  # every pipeline, in turn (one init container builds them all)
-        return
-    if args.pipeline:
-        args.repository = layout.pipeline(args.pipeline, args.model_repository).repository
-        return
-    found = layout.pipelines(args.model_repository)
-    if len(found) != 1:
-        names = ", ".join(item.name for item in found) or "none"
-        raise BuildError(f"choose a pipeline with --pipeline NAME (pipelines: {names})")
-    args.repository = found[0].repository
 
 
 def _run_export(args: argparse.Namespace) -> int:
@@ -84,108 +42,6 @@ def _add_export(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.set_defaults(run=_run_export)
-
-
-def _chosen_repositories(args: argparse.Namespace) -> list[Path]:
-    """The chosen pipeline's folder, or every pipeline's when none was chosen."""
-    if args.repository is not None:
-        return [Path(args.repository)]
-    return layout.model_repositories(args.model_repository)
-
-
-def _run_build_engine(args: argparse.Namespace) -> int:
-    from builders import tensorrt_engine as te
-
-    for repository in _chosen_repositories(args):
-        te.build_engine(
-            te.BuildSettings(
-                repository=repository,
-                onnx=args.onnx or te.default_onnx(repository),
-                output=args.output or te.default_plan(repository),
-                opt_batch=args.opt_batch,
-                workspace_mib=args.workspace_mib,
-                timing_cache=args.timing_cache,
-                cache_dir=args.cache_dir,
-                force=args.force,
-            )
-        )
-    return 0
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def _add_build_engine(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    from builders.tensorrt_engine import DEFAULT_WORKSPACE_MIB, PLAN_FILENAME, QDQ_ONNX_FILENAME
-
-    parser = subparsers.add_parser(
-        "build-engine",
-        parents=[common],
-        help="build each core's TensorRT plan (strongly typed, at the precision the ladder chose) and its provenance",
-        description=(
-            f"Build <pipeline>_core/1/{PLAN_FILENAME} (every pipeline's, without --pipeline) for this GPU and TensorRT (10.8+ or 11) "
-            f"from the ONNX the precision ladder chose (served_precision.json; else {QDQ_ONNX_FILENAME}): "
-            "a strongly typed network, batch profile 1..max_batch_size of <pipeline>_core/config.pbtxt, a timing cache, "
-            f"and {PLAN_FILENAME}.json beside the plan. Skips the build when the plan is current. Needs TensorRT "
-            "(the builder image docker/builder.Dockerfile) and a GPU."
-        ),
-    )
-    parser.add_argument(
-        "--onnx", type=Path, metavar="PATH", help="the Q/DQ ONNX (default: the precision the ladder chose, served_precision.json)"
-    )
-    parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write the plan (default: <pipeline>_core/1/{PLAN_FILENAME})")
-    parser.add_argument("--opt-batch", type=_positive_int, metavar="N", help="the profile's optimal batch (default: max_batch_size)")
-    parser.add_argument(
-        "--workspace-mib",
-        type=_positive_int,
-        default=DEFAULT_WORKSPACE_MIB,
-        metavar="MIB",
-        help="workspace memory-pool limit (default: %(default)s)",
-    )
-    parser.add_argument("--timing-cache", type=Path, metavar="PATH", help="timing cache file, loaded if present and saved after")
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        metavar="DIR",
-        help="plan cache: build into DIR/trt<X.Y.Z>-sm<CC>/ (skipped when current there), then copy to --output",
-    )
-    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
-    parser.set_defaults(run=_run_build_engine)
-
-
-def _run_verify_plan(args: argparse.Namespace) -> int:
-    from builders import tensorrt_engine as te
-
-    for repository in _chosen_repositories(args):
-        te.verify_plan(
-            args.plan or te.default_plan(repository), repository, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version
-        )
-    return 0
-
-
-def _add_verify_plan(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    parser = subparsers.add_parser(
-        "verify-plan",
-        parents=[common],
-        help="check a plan's provenance against this GPU and TensorRT (exit 1 on mismatch)",
-        description=(
-            "Compare model.plan.json with the machine: the plan's sha256, the TensorRT release (major.minor.patch must "
-            "match; the build number may differ) and the compute capability of every visible GPU. For a Kubernetes "
-            "init container: one line and exit 1 on a mismatch, exit 0 when the plan can be served."
-        ),
-    )
-    parser.add_argument("--plan", type=Path, metavar="PATH", help="the plan (default: <pipeline>_core/1/model.plan)")
-    parser.add_argument(
-        "--deserialize", action="store_true", help="also load it with trt.Runtime and compare its I/O with <pipeline>_core/config.pbtxt"
-    )
-    parser.add_argument(
-        "--tensorrt-version", metavar="X.Y.Z", help="the serving TensorRT version (default: the tensorrt module, else libnvinfer.so.X.Y.Z)"
-    )
-    parser.set_defaults(run=_run_verify_plan)
 
 
 def _add_quantize(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -313,7 +169,7 @@ def _add_check(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], 
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
-        "--max-batch", type=_positive_int, metavar="N", help="the max batch it will be built for (default: the range fix recorded)"
+        "--max-batch", type=arguments.positive_int, metavar="N", help="the max batch it will be built for (default: the range fix recorded)"
     )
     parser.set_defaults(run=_run_check)
 
@@ -347,9 +203,12 @@ def _add_fix(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], co
     parser.add_argument("output", type=Path, nargs="?", metavar="OUT.onnx", help="where to write the fixed model (default: IN, in place)")
     parser.add_argument("--passes", metavar="A,B,...", help="comma-separated passes to run, in order (default: all, as above)")
     parser.add_argument(
-        "--max-batch", type=_positive_int, metavar="N", help="batch range max recorded by batch_dimension (default: max_batch_size)"
+        "--max-batch",
+        type=arguments.positive_int,
+        metavar="N",
+        help="batch range max recorded by batch_dimension (default: max_batch_size)",
     )
-    parser.add_argument("--opt-batch", type=_positive_int, metavar="N", help="batch range opt (default: the max)")
+    parser.add_argument("--opt-batch", type=arguments.positive_int, metavar="N", help="batch range opt (default: the max)")
     parser.add_argument("--atol", type=float, metavar="X", help="absolute output tolerance (default: 1e-4)")
     parser.add_argument("--rtol", type=float, metavar="X", help="relative output tolerance (default: 1e-4)")
     parser.add_argument("--force", action="store_true", help="rewrite OUT even when no pass changed anything in place")
@@ -363,8 +222,8 @@ STEPS: tuple[StepAdder, ...] = (
     _add_quantize,
     _add_evaluate,
     _add_select_precision,
-    _add_build_engine,
-    _add_verify_plan,
+    tensorrt_engine.add_build_engine_step,
+    tensorrt_engine.add_verify_plan_step,
     _add_all,
     _add_new_pipeline,
 )
@@ -373,31 +232,14 @@ STEPS: tuple[StepAdder, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m builders", description="Build the model repository's artifacts.")
     subparsers = parser.add_subparsers(title="steps", dest="step", required=True, metavar="STEP")
-    common = _common_options()
+    common = arguments.common_options()
     for add_step in STEPS:
         add_step(subparsers, common)
     return parser
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    return run(build_parser().parse_args(argv))
+    return arguments.run(build_parser().parse_args(argv))
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run a parsed step: one ``error:`` line and an exit code instead of a traceback."""
-    try:
-        _resolve_pipeline(args)
-        return int(args.run(args))
-    except BuildError as error:
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return error.exit_code
-    except (ConfigError, layout.LayoutError, OSError) as error:
-        print(f"error: {_one_line(error)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+run = arguments.run  # a parsed step: one ``error:`` line and an exit code instead of a traceback

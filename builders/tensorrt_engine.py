@@ -32,6 +32,7 @@ Triton server image).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from builders import BuildError, provenance
+from builders import BuildError, arguments, provenance
 from builders.artifacts import atomic_write_bytes, input_hash, sha256_file
 from vision_serving import layout, model_config
 from vision_serving.layout import Pipeline
@@ -641,6 +642,91 @@ def verify_plan(
     return record
 
 
+# --------------------------------------------------------------------------- command line (each step owns its arguments)
+
+
+def run_build_engine(args: argparse.Namespace) -> int:
+    for repository in arguments.chosen_repositories(args):
+        build_engine(
+            BuildSettings(
+                repository=repository,
+                onnx=args.onnx or default_onnx(repository),
+                output=args.output or default_plan(repository),
+                opt_batch=args.opt_batch,
+                workspace_mib=args.workspace_mib,
+                timing_cache=args.timing_cache,
+                cache_dir=args.cache_dir,
+                force=args.force,
+            )
+        )
+    return 0
+
+
+def add_build_engine_step(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "build-engine",
+        parents=[common],
+        help="build each core's TensorRT plan (strongly typed, at the precision the ladder chose) and its provenance",
+        description=(
+            f"Build <pipeline>_core/1/{PLAN_FILENAME} (every pipeline's, without --pipeline) for this GPU and TensorRT (10.8+ or 11) "
+            f"from the ONNX the precision ladder chose (served_precision.json; else {QDQ_ONNX_FILENAME}): "
+            "a strongly typed network, batch profile 1..max_batch_size of <pipeline>_core/config.pbtxt, a timing cache, "
+            f"and {PLAN_FILENAME}.json beside the plan. Skips the build when the plan is current. Needs TensorRT "
+            "(the builder image docker/builder.Dockerfile) and a GPU."
+        ),
+    )
+    parser.add_argument(
+        "--onnx", type=Path, metavar="PATH", help="the Q/DQ ONNX (default: the precision the ladder chose, served_precision.json)"
+    )
+    parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write the plan (default: <pipeline>_core/1/{PLAN_FILENAME})")
+    parser.add_argument(
+        "--opt-batch", type=arguments.positive_int, metavar="N", help="the profile's optimal batch (default: max_batch_size)"
+    )
+    parser.add_argument(
+        "--workspace-mib",
+        type=arguments.positive_int,
+        default=DEFAULT_WORKSPACE_MIB,
+        metavar="MIB",
+        help="workspace memory-pool limit (default: %(default)s)",
+    )
+    parser.add_argument("--timing-cache", type=Path, metavar="PATH", help="timing cache file, loaded if present and saved after")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="plan cache: build into DIR/trt<X.Y.Z>-sm<CC>/ (skipped when current there), then copy to --output",
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.set_defaults(run=run_build_engine)
+
+
+def run_verify_plan(args: argparse.Namespace) -> int:
+    for repository in arguments.chosen_repositories(args):
+        verify_plan(args.plan or default_plan(repository), repository, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version)
+    return 0
+
+
+def add_verify_plan_step(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "verify-plan",
+        parents=[common],
+        help="check a plan's provenance against this GPU and TensorRT (exit 1 on mismatch)",
+        description=(
+            "Compare model.plan.json with the machine: the plan's sha256, the TensorRT release (major.minor.patch must "
+            "match; the build number may differ) and the compute capability of every visible GPU. For a Kubernetes "
+            "init container: one line and exit 1 on a mismatch, exit 0 when the plan can be served."
+        ),
+    )
+    parser.add_argument("--plan", type=Path, metavar="PATH", help="the plan (default: <pipeline>_core/1/model.plan)")
+    parser.add_argument(
+        "--deserialize", action="store_true", help="also load it with trt.Runtime and compare its I/O with <pipeline>_core/config.pbtxt"
+    )
+    parser.add_argument(
+        "--tensorrt-version", metavar="X.Y.Z", help="the serving TensorRT version (default: the tensorrt module, else libnvinfer.so.X.Y.Z)"
+    )
+    parser.set_defaults(run=run_verify_plan)
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -648,16 +734,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m builders.tensorrt_engine {build-engine,verify-plan} ...``: the same subcommands as
     ``python -m builders``, without building the other steps' parsers (which import onnx): the
     server image runs ``verify-plan`` with only the serving requirements installed."""
-    import argparse
-
-    from builders import cli
-
     parser = argparse.ArgumentParser(prog="python -m builders.tensorrt_engine", description="Build or verify the core's TensorRT plan.")
     subparsers = parser.add_subparsers(title="steps", dest="step", required=True, metavar="STEP")
-    common = cli._common_options()
-    cli._add_build_engine(subparsers, common)
-    cli._add_verify_plan(subparsers, common)
-    return cli.run(parser.parse_args(argv))
+    common = arguments.common_options()
+    add_build_engine_step(subparsers, common)
+    add_verify_plan_step(subparsers, common)
+    return arguments.run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
