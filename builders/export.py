@@ -34,7 +34,17 @@ log_to_stderr = stderr_logger("export")
 # A rewrite of a custom op must match the op's reference implementation this closely on real photos.
 REFERENCE_ATOL = 1e-4
 VERIFY_PHOTOS = ("astronaut", "grace_hopper", "coffee", "chelsea")
-CODE_FILES = ("builders/export.py", "builders/fix_onnx.py", "builders/graph_fixes.py", "builders/graph_passes.py")
+CODE_FILES = (
+    "builders/export.py",
+    "builders/fix_onnx.py",
+    "builders/passes/graph.py",
+    "builders/passes/cleanup.py",
+    "builders/passes/batch.py",
+    "builders/passes/einsum.py",
+    "builders/passes/custom_ops.py",
+    "builders/passes/registry.py",
+    "builders/passes/onnx_io.py",
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,9 @@ def export(repository: Path | str, force: bool = False, log: Log = log_to_stderr
     """Build the pipeline's FP32 ONNX from its recipe's source."""
     pipeline = Pipeline.at(repository)
     recipe = recipes.load(pipeline)
+    from builders.passes import registry
+
+    registry.check_names(recipe.fix.passes, f"{pipeline.recipe} [fix] passes")
     if recipe.source.kind == "efficientnet_lite0":
         from builders import export_onnx
 

@@ -34,13 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from builders import BuildError, CheckFailed, Log, graph_passes, photos, provenance, stderr_logger
+from builders import BuildError, CheckFailed, Log, photos, provenance, stderr_logger
 from builders.artifacts import (
     atomic_write_bytes,
     input_hash,
     package_versions,
     sha256_file,
 )
+from builders.passes import registry
 from vision_serving import image_codec, layout, model_config, preprocessing
 from vision_serving.layout import Pipeline
 from vision_serving.model_config import ConfigError, ModelConfig
@@ -60,7 +61,10 @@ PROJECT_ROOT = layout.REPOSITORY_ROOT
 SOURCE_FILES = (
     "builders/__init__.py",
     "builders/export_onnx.py",
-    "builders/graph_passes.py",
+    "builders/passes/graph.py",
+    "builders/passes/cleanup.py",
+    "builders/passes/registry.py",
+    "builders/passes/onnx_io.py",
     "builders/photos.py",
     "vision_serving/model_config.py",
     "vision_serving/image_codec.py",
@@ -413,7 +417,7 @@ def export(repository: Path | str, force: bool = False, log: Log = log_to_stderr
     torch_model = load_pytorch_model(plan.weights_path)
     log(f"exporting (torch.onnx dynamo, opset {OPSET})")
     exported = export_to_onnx(torch_model, plan.core)
-    model, rewrites = graph_passes.apply_passes(exported, GRAPH_PASSES)
+    model, rewrites = registry.apply_passes(exported, GRAPH_PASSES)
     if "ReduceMean" in {node.op_type for node in model.graph.node}:
         raise VerificationError("a ReduceMean is left after reduce_mean_to_global_average_pool")
     check_graph(model, plan.core)

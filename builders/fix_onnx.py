@@ -1,4 +1,4 @@
-"""The ``fix`` step: named graph-surgery passes, each verified on onnxruntime.
+"""The ``fix`` step: named graph-surgery passes (:mod:`builders.passes.registry`), each verified on onnxruntime.
 
 ``fix_model`` runs passes in order on an ``onnx.ModelProto``. After every
 pass that rewrote something, the model before and the model after run on
@@ -19,7 +19,6 @@ counts) and, with ``batch_dimension``, the batch range
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -36,29 +35,15 @@ from builders import (
     CheckFailed,
     Log,
     batch_profile,
-    graph_fixes,
-    graph_passes,
     stderr_logger,
 )
 from builders.artifacts import atomic_write_bytes, sha256_bytes
-from builders.passes import onnx_io
+from builders.passes import onnx_io, registry
+from builders.passes.graph import STANDARD_DOMAINS, PassError
 from vision_serving import model_config
 from vision_serving.layout import Pipeline
 from vision_serving.model_config import ModelConfig
 
-DEFAULT_PASSES: tuple[str, ...] = (
-    "custom_op_rewrites",
-    "fold_constants_and_cleanup",
-    "remove_noops",
-    "fuse_pad_into_conv",
-    "reduce_mean_to_global_average_pool",
-    "einsum_to_matmul",
-    "stable_io_names",
-    "batch_dimension",
-    # After batch_dimension: it needs the symbolic batch on the inputs to tell batch-pinned Reshapes.
-    "batch_reshape_placeholder",
-)
-CONFIG_PASSES = ("stable_io_names", "batch_dimension")
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-4
 VERIFY_BATCH = 2
@@ -130,39 +115,14 @@ class FixResult:
 # --------------------------------------------------------------------------- passes
 
 
-def bound_passes(options: FixOptions) -> dict[str, graph_passes.GraphPass]:
-    """``graph_passes.PASSES`` plus the config-bound passes with ``options`` filled in."""
-    passes = dict(graph_passes.PASSES)
-    passes["stable_io_names"] = functools.partial(_stable_io_names, options=options)
-    passes["batch_dimension"] = functools.partial(_batch_dimension, options=options)
-    return passes
-
-
-def _stable_io_names(graph: gs.Graph, options: FixOptions) -> int:
-    if options.input_names is None or options.output_names is None:
-        raise graph_fixes.PassError("stable_io_names needs the core config's input/output names")
-    return graph_fixes.stable_io_names(graph, options.input_names, options.output_names)
-
-
-def _batch_dimension(graph: gs.Graph, options: FixOptions) -> int:
-    return graph_fixes.set_batch_dimension(graph, options.input_dims, options.output_dims)
-
-
-def known_pass_names() -> list[str]:
-    return sorted(bound_passes(FixOptions()))
-
-
 def parse_pass_list(text: str | None) -> list[str]:
-    """``"a,b"`` -> ``["a", "b"]``; None -> :data:`DEFAULT_PASSES`. Unknown names are a user error."""
+    """``"a,b"`` -> ``["a", "b"]``; None -> ``registry.DEFAULT_PASSES``. Unknown names are a user error."""
     if text is None:
-        return list(DEFAULT_PASSES)
+        return list(registry.DEFAULT_PASSES)
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
         raise BuildError("--passes is empty")
-    unknown = [name for name in names if name not in known_pass_names()]
-    if unknown:
-        raise BuildError(f"unknown pass(es) {', '.join(unknown)}; known: {', '.join(known_pass_names())}")
-    return names
+    return registry.check_names(names)
 
 
 # --------------------------------------------------------------------------- onnxruntime
@@ -294,9 +254,7 @@ def reference_outputs(model: onnx.ModelProto, feeds: Sequence[np.ndarray]) -> li
     implementation (builders/passes/reference_ops.py); None when it has other unknown ops."""
     from builders.passes import reference_ops
 
-    custom = {
-        n.op_type for n in model.graph.node if n.domain not in graph_fixes.STANDARD_DOMAINS or n.op_type in reference_ops.CUSTOM_OP_TYPES
-    }
+    custom = {n.op_type for n in model.graph.node if n.domain not in STANDARD_DOMAINS or n.op_type in reference_ops.CUSTOM_OP_TYPES}
     if not custom or not custom <= set(reference_ops.CUSTOM_OP_TYPES):
         return None
     names = [value.name for value in graph_inputs(model)]
@@ -313,10 +271,8 @@ def fix_model(
     log: Log = log_to_stderr,
 ) -> FixResult:
     """Run ``names`` in order on ``model``, verifying each rewrite on onnxruntime; returns the fixed model."""
-    passes = bound_passes(options)
-    unknown = [name for name in names if name not in passes]
-    if unknown:
-        raise BuildError(f"unknown pass(es) {', '.join(unknown)}; known: {', '.join(sorted(passes))}")
+    registry.check_names(names)
+    passes = registry.bound_passes(options)
     if "batch_dimension" in names and options.max_batch is None:
         raise BuildError("batch_dimension needs a max batch: --max-batch or the core config's max_batch_size")
 
@@ -341,7 +297,7 @@ def fix_model(
         try:
             with quiet_graphsurgeon():
                 rewrites = int(passes[name](graph))
-        except graph_fixes.PassError as error:
+        except PassError as error:
             raise BuildError(str(error)) from None
         if rewrites == 0:
             results.append(PassResult(name, 0, nodes_before, nodes_before, None, "nothing to do"))
@@ -377,7 +333,7 @@ def fix_model(
 
     overall: float | None = None
     final_session, final_reason = session_or_reason(current)
-    custom = sorted({f"{n.domain}.{n.op_type}" for n in current.graph.node if n.domain not in graph_fixes.STANDARD_DOMAINS})
+    custom = sorted({f"{n.domain}.{n.op_type}" for n in current.graph.node if n.domain not in STANDARD_DOMAINS})
     if final_session is None and not custom:
         raise FixVerificationError(f"onnxruntime cannot load the fixed model: {final_reason}")
     if reference is not None and final_session is not None:

@@ -20,7 +20,6 @@ folding would remove" are found by folding a copy of the graph exactly as
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -31,9 +30,11 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from builders import batch_profile, graph_fixes, graph_passes, qdq_rules
+from builders import batch_profile, qdq_rules
 from builders import tensorrt_onnx_ops as table
 from builders.fix_onnx import load_model, quiet_graphsurgeon
+from builders.passes import batch, cleanup, custom_ops, einsum, onnx_io, registry
+from builders.passes.graph import STANDARD_DOMAINS, constant_values, is_absent, onnx_type
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -131,14 +132,14 @@ class Report:
 
 
 def _type_name(dtype: object) -> str | None:
-    onnx_enum = graph_fixes.onnx_type(dtype)
+    onnx_enum = onnx_type(dtype)
     if onnx_enum is None:
         return None
     return _TYPE_NAMES.get(onnx_enum, onnx.TensorProto.DataType.Name(onnx_enum))
 
 
 def _default_opset(model: onnx.ModelProto) -> int | None:
-    versions = [entry.version for entry in model.opset_import if entry.domain in graph_fixes.STANDARD_DOMAINS]
+    versions = [entry.version for entry in model.opset_import if entry.domain in STANDARD_DOMAINS]
     return max(versions) if versions else None
 
 
@@ -203,6 +204,7 @@ class _Checker:
     def add(
         self, severity: str, code: str, message: str, node: gs.Node | None = None, fix: tuple[str, ...] = (), name: str = "", op: str = ""
     ) -> None:
+        registry.check_names(fix, "trt_compat fix hint")
         self.findings.append(
             Finding(severity, code, message, node=node.name if node is not None else name, op=node.op if node is not None else op, fix=fix)
         )
@@ -212,12 +214,8 @@ class _Checker:
         try:
             with quiet_graphsurgeon():
                 copy = self.graph.copy()
-                graph_passes.fold_constants_and_cleanup(copy)
-                exported = gs.export_onnx(copy, do_type_check=False)
-                del exported.graph.value_info[:]
-                with contextlib.suppress(Exception):
-                    exported = onnx.shape_inference.infer_shapes(exported)
-                folded = gs.import_onnx(exported)
+                cleanup.fold_constants_and_cleanup(copy)
+                folded = gs.import_onnx(onnx_io.export_with_metadata(copy, self.inferred, reinfer=True, do_type_check=False))
         except Exception:
             return {}
         return {node.name: node for node in folded.nodes}
@@ -322,7 +320,7 @@ class _Checker:
         top_level = {id(node) for node in self.graph.nodes}
         for node in _walk(self.graph):
             domain = node.domain or ""
-            if domain not in graph_fixes.STANDARD_DOMAINS or (domain, node.op) in graph_fixes.CUSTOM_OP_REWRITES:
+            if domain not in STANDARD_DOMAINS or (domain, node.op) in custom_ops.CUSTOM_OP_REWRITES:
                 self._custom_op(node, domain)
                 continue
             if not self._supported(node):
@@ -334,12 +332,12 @@ class _Checker:
             self._constant_inputs(node, id(node) in top_level)
             if id(node) in top_level:
                 self._parameter_subgraphs(node)
-                reason = graph_fixes.noop_reason(node, self.graph)
+                reason = cleanup.noop_reason(node, self.graph)
                 if reason and (not self.folded or node.name in self.folded):  # not inside a subgraph that folds away
                     self.add("info", "noop-node", f"{reason}: computes nothing", node, fix=("remove_noops",))
 
     def _custom_op(self, node: gs.Node, domain: str) -> None:
-        if (domain, node.op) in graph_fixes.CUSTOM_OP_REWRITES:
+        if (domain, node.op) in custom_ops.CUSTOM_OP_REWRITES:
             self.add(
                 "error",
                 "custom-domain-op",
@@ -354,7 +352,7 @@ class _Checker:
             "error",
             "custom-domain-op",
             f"TensorRT has no importer for {domain}.{node.op}{hint}: it needs a TensorRT plugin, or a rewrite "
-            "into standard ops registered in builders.graph_fixes.CUSTOM_OP_REWRITES",
+            "into standard ops registered in builders.passes.custom_ops.CUSTOM_OP_REWRITES",
             node,
         )
 
@@ -384,7 +382,7 @@ class _Checker:
             tensor = node.outputs[0] if node.outputs else None
         else:
             index = table.TYPED_INPUT.get(node.op, 0)
-            tensor = node.inputs[index] if len(node.inputs) > index and not graph_fixes.is_absent(node.inputs[index]) else None
+            tensor = node.inputs[index] if len(node.inputs) > index and not is_absent(node.inputs[index]) else None
         type_name = _type_name(tensor.dtype) if tensor is not None else None
         if type_name is None:
             return
@@ -400,9 +398,9 @@ class _Checker:
 
     def _constant_inputs(self, node: gs.Node, top_level: bool) -> None:
         for index, name in table.CONSTANT_INPUTS.get(node.op, {}).items():
-            if len(node.inputs) <= index or graph_fixes.is_absent(node.inputs[index]):
+            if len(node.inputs) <= index or is_absent(node.inputs[index]):
                 continue
-            if graph_fixes.constant_values(node.inputs[index]) is not None:
+            if constant_values(node.inputs[index]) is not None:
                 continue
             if top_level and self._folds(node, index):
                 self.add(
@@ -418,18 +416,16 @@ class _Checker:
 
     def _folds(self, node: gs.Node, index: int) -> bool:
         folded = self.folded.get(node.name)
-        return folded is not None and len(folded.inputs) > index and graph_fixes.constant_values(folded.inputs[index]) is not None
+        return folded is not None and len(folded.inputs) > index and constant_values(folded.inputs[index]) is not None
 
     def _parameter_subgraphs(self, node: gs.Node) -> None:
         runtime = [
             index
             for index in _PARAMETER_INPUTS.get(node.op, ())
-            if len(node.inputs) > index
-            and not graph_fixes.is_absent(node.inputs[index])
-            and graph_fixes.constant_values(node.inputs[index]) is None
+            if len(node.inputs) > index and not is_absent(node.inputs[index]) and constant_values(node.inputs[index]) is None
         ]
         if not runtime:
-            if node.op == "Pad" and graph_fixes.pad_fusable_into_conv(node, self.graph) is not None:
+            if node.op == "Pad" and cleanup.pad_fusable_into_conv(node, self.graph) is not None:
                 self.add(
                     "info",
                     "pad-before-conv",
@@ -469,7 +465,7 @@ class _Checker:
             )
         elif node.op == "Reshape":
             folded = self.folded.get(node.name)
-            if folded is not None and graph_fixes.batch_reshape_target(folded) is not None:
+            if folded is not None and batch.batch_reshape_target(folded) is not None:
                 self.add(
                     "info",
                     "runtime-shape",
@@ -494,10 +490,10 @@ _QDQ_REPORTED_ELSEWHERE = frozenset({"qdq-scale-runtime", "qdq-zero-point-runtim
 
 def _constant_source(tensor: gs.Tensor) -> gs.Tensor | None:
     """The constant a tensor is, or that a Q/DQ quantizes (ModelOpt's weight pattern W -> QuantizeLinear -> DequantizeLinear)."""
-    if graph_fixes.constant_values(tensor) is not None:
+    if constant_values(tensor) is not None:
         return tensor
     producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
-    if producer is not None and producer.op in qdq_rules.QDQ_OPS and graph_fixes.constant_values(producer.inputs[0]) is not None:
+    if producer is not None and producer.op in qdq_rules.QDQ_OPS and constant_values(producer.inputs[0]) is not None:
         return producer.inputs[0]
     return None
 
@@ -506,7 +502,7 @@ def _qdq_facts(node: gs.Node) -> qdq_rules.QdqNode:
     quantize = node.op == "QuantizeLinear"
     data = node.inputs[0] if node.inputs else None
     scale = node.inputs[1] if len(node.inputs) > 1 else None
-    zero_point = node.inputs[2] if len(node.inputs) > 2 and not graph_fixes.is_absent(node.inputs[2]) else None
+    zero_point = node.inputs[2] if len(node.inputs) > 2 and not is_absent(node.inputs[2]) else None
     output_dtype = int(node.attrs.get("output_dtype", 0))
     if quantize:
         if zero_point is not None:
@@ -518,7 +514,7 @@ def _qdq_facts(node: gs.Node) -> qdq_rules.QdqNode:
     else:
         quantized_type = _type_name(data.dtype) if data is not None else None
     weight = _constant_source(data) if data is not None else None
-    weight_values = graph_fixes.constant_values(weight) if weight is not None else None
+    weight_values = constant_values(weight) if weight is not None else None
     dequantized = node.outputs[0] if node.outputs else None
     if quantize and dequantized is not None:
         readers = [reader for reader in dequantized.outputs if reader.op == "DequantizeLinear"]
@@ -536,8 +532,8 @@ def _qdq_facts(node: gs.Node) -> qdq_rules.QdqNode:
     return qdq_rules.QdqNode(
         op=node.op,
         quantized_type=quantized_type,
-        scale=graph_fixes.constant_values(scale) if scale is not None else None,
-        zero_point=graph_fixes.constant_values(zero_point) if zero_point is not None else None,
+        scale=constant_values(scale) if scale is not None else None,
+        zero_point=constant_values(zero_point) if zero_point is not None else None,
         zero_point_given=zero_point is not None,
         output_dtype_given=bool(output_dtype),
         axis=int(node.attrs.get("axis", 1)),
@@ -596,8 +592,8 @@ def _pool(checker: _Checker, node: gs.Node) -> None:
 
 
 def _dropout(checker: _Checker, node: gs.Node) -> None:
-    if len(node.inputs) > 2 and not graph_fixes.is_absent(node.inputs[2]):
-        value = graph_fixes.constant_values(node.inputs[2])
+    if len(node.inputs) > 2 and not is_absent(node.inputs[2]):
+        value = constant_values(node.inputs[2])
         if value is not None and bool(np.asarray(value).reshape(-1)[0]):
             checker.add("error", "unsupported-attribute", "Dropout in training mode: TensorRT only runs inference", node)
 
@@ -605,7 +601,7 @@ def _dropout(checker: _Checker, node: gs.Node) -> None:
 def _topk(checker: _Checker, node: gs.Node) -> None:
     if int(node.attrs.get("sorted", 1)) != 1:
         checker.add("error", "unsupported-attribute", "TopK with sorted=0 is not supported", node)
-    k = graph_fixes.constant_values(node.inputs[1]) if len(node.inputs) > 1 else None
+    k = constant_values(node.inputs[1]) if len(node.inputs) > 1 else None
     if k is not None and int(np.asarray(k).reshape(-1)[0]) >= table.TOPK_MAX_K:
         checker.add("error", "unsupported-attribute", f"TopK K must be below {table.TOPK_MAX_K}", node)
 
@@ -667,9 +663,9 @@ def _einsum(checker: _Checker, node: gs.Node) -> None:
             node,
         )
         return
-    plan = graph_fixes.einsum_plan(node)
+    plan = einsum.einsum_plan(node)
     awkward = "..." in equation or len(node.inputs) > 2
-    if isinstance(plan, graph_fixes.EinsumPlan):
+    if isinstance(plan, einsum.EinsumPlan):
         severity = "warning" if awkward else "info"
         why = (
             "TensorRT 8.x rejected ellipsis and 3+ operands and 10.x parsers differ; "

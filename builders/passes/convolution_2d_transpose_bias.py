@@ -51,6 +51,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from builders.passes.graph import Names
+
 if TYPE_CHECKING:
     from builders.tflite import TransposeConvParams
 
@@ -288,19 +290,6 @@ def _plan(
     return weights, bias, configs[0]
 
 
-class _Names:
-    def __init__(self, graph: gs.Graph) -> None:
-        self._used = set(graph.tensors().keys()) | {node.name for node in graph.nodes if node.name}
-
-    def __call__(self, base: str) -> str:
-        name, index = base, 0
-        while name in self._used:
-            index += 1
-            name = f"{base}_{index}"
-        self._used.add(name)
-        return name
-
-
 def planned_configs(graph: gs.Graph) -> dict[str, TransposeConvConfig]:
     """What the pass would use for each matching node, keyed by the node's output tensor name."""
     shapes = _shape_table(graph)
@@ -320,7 +309,7 @@ def convolution_2d_transpose_bias(graph: gs.Graph) -> int:
     shapes = _shape_table(graph)
     graph_outputs = {tensor.name for tensor in graph.outputs}
     plans = [(node, *_plan(node, shapes, graph_outputs)) for node in targets]  # all checked before any edit
-    names = _Names(graph)
+    names = Names(graph)
     for node, weights, bias, config in plans:
         base = node.name or "convolution_2d_transpose_bias"
         data, result = node.inputs[0], node.outputs[0]

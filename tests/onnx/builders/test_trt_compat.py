@@ -478,11 +478,12 @@ def test_cli_check_without_a_model_needs_the_pipeline(capsys: pytest.CaptureFixt
 def test_check_after_fix_on_the_default_model(tmp_path: Path) -> None:
     """The served export passes check; after fix it has no findings at all (the batch range is recorded)."""
     from builders import fix_onnx
+    from builders.passes import registry
 
     source = CLASSIFIER.onnx("fp32")
     if not source.is_file():
         pytest.skip(f"{source} is not built (python -m builders export --pipeline {CLASSIFIER.name})")
     assert not trt_compat.check_file(source).blocking
     options = fix_onnx.options_for_repository(CLASSIFIER.repository, None, None, 1e-4, 1e-4)
-    fixed = fix_onnx.fix_file(source, tmp_path / "fixed.onnx", fix_onnx.DEFAULT_PASSES, options, log=lambda _: None)
+    fixed = fix_onnx.fix_file(source, tmp_path / "fixed.onnx", registry.DEFAULT_PASSES, options, log=lambda _: None)
     assert trt_compat.check_model(fixed.model).findings == []
