@@ -107,12 +107,15 @@ def in_process_limit(pipeline: layout.Pipeline, payloads: list[bytes], duration_
     return float(sum(rates))
 
 
-def ensemble_sender(url: str, model: str, payloads: list[bytes]) -> loadgen.SenderFactory:
+def ensemble_sender(url: str, pipeline: layout.Pipeline, payloads: list[bytes]) -> loadgen.SenderFactory:
+    model = pipeline.name
+    image_name = model_config.image_input_name(model_config.load_config(pipeline.ensemble_dir))
+
     def factory(worker: int) -> loadgen.Sender:
         client = grpcclient.InferenceServerClient(url)
 
         def send(request: int) -> None:
-            image = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+            image = grpcclient.InferInput(image_name, [1, 1], "BYTES")
             image.set_data_from_numpy(np.array([[payloads[request % len(payloads)]]], dtype=np.object_))
             client.infer(model, [image], client_timeout=60)
             return None
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         server.wait_ready()
         for pipeline in chosen:
             measured = loadgen.closed_loop(
-                ensemble_sender(server.grpc_url, pipeline.name, payloads), args.concurrency, args.warmup, args.duration
+                ensemble_sender(server.grpc_url, pipeline, payloads), args.concurrency, args.warmup, args.duration
             )
             row = result["pipelines"][pipeline.name]
             row["ensemble"] = measured.as_dict()

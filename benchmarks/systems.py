@@ -20,9 +20,16 @@ import tritonclient.http as httpclient
 from benchmarks import CLASSIFIER
 from devtools.loadgen import Sender, SenderFactory
 from devtools.triton_server import REPOSITORY_ROOT
+from vision_serving import model_config
 
 ENSEMBLE = CLASSIFIER.name
 CORE = CLASSIFIER.model_name("core")
+# Tensor names from the configs, as everywhere: the ensemble's image input and labels output, the core's I/O.
+_ENSEMBLE_CONFIG = model_config.load_config(CLASSIFIER.ensemble_dir)
+IMAGE_INPUT = model_config.image_input_name(_ENSEMBLE_CONFIG)
+LABELS_OUTPUT = model_config.tensors_by_role(_ENSEMBLE_CONFIG).output("BYTES")
+_CORE_CONFIG = model_config.load_config(CLASSIFIER.core_dir, "cpu")
+CORE_INPUT, CORE_OUTPUT = _CORE_CONFIG.input[0].name, _CORE_CONFIG.output[0].name
 CLIENT_TIMEOUT_S = 120.0
 
 
@@ -54,13 +61,13 @@ def ensemble_sender(protocol: str, url: str, payloads: list[bytes], top_k: int) 
         # Inputs are built once per worker and reused: the client's own cost stays small.
         prepared = []
         for data in payloads:
-            tensor = module.InferInput("IMAGE", [1, 1], "BYTES")
+            tensor = module.InferInput(IMAGE_INPUT, [1, 1], "BYTES")
             tensor.set_data_from_numpy(np.array([[data]], dtype=np.object_))
             prepared.append([tensor])
 
         def send(index: int) -> None:
             result = call(prepared[index % len(prepared)])
-            _check_labels(result.as_numpy("LABELS"), top_k)
+            _check_labels(result.as_numpy(LABELS_OUTPUT), top_k)
 
         return send
 
@@ -74,13 +81,13 @@ def core_sender(url: str, tensors: np.ndarray, num_classes: int) -> SenderFactor
         client = grpcclient.InferenceServerClient(url)
         prepared = []
         for row in tensors:
-            tensor = grpcclient.InferInput("images", [1, *row.shape], "FP32")
+            tensor = grpcclient.InferInput(CORE_INPUT, [1, *row.shape], "FP32")
             tensor.set_data_from_numpy(np.ascontiguousarray(row[None]))
             prepared.append([tensor])
 
         def send(index: int) -> None:
             result = client.infer(CORE, prepared[index % len(prepared)], client_timeout=CLIENT_TIMEOUT_S)
-            logits = result.as_numpy("logits")
+            logits = result.as_numpy(CORE_OUTPUT)
             if logits is None or logits.shape != (1, num_classes):
                 raise WrongAnswer(f"logits shape {None if logits is None else logits.shape}")
 

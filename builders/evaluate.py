@@ -42,7 +42,6 @@ from vision_serving import model_config
 from vision_serving.layout import Pipeline
 
 REPORTS_DIR = PROJECT_ROOT / ".build" / "reports"
-ENSEMBLE = "image_classifier"
 # 48 x 11 + 11 = 539 images (~30 s). With 24 per photo (275 images) one model read 96.4 % top-1
 # agreement where 1067 images read 95.3 %: the larger set is the steadier gate.
 DEFAULT_AUGMENTED_PER_PHOTO = 48
@@ -204,7 +203,9 @@ def _metric_rows(sets: dict[str, dict[str, float]], with_cosine: bool) -> list[s
 
 def render_markdown(report: dict[str, Any]) -> str:
     with_cosine = report["mode"] == "local"
-    candidate = "INT8 Q/DQ (onnxruntime, optimizations disabled)" if with_cosine else f"served `{ENSEMBLE}` at {report['server_url']}"
+    candidate = (
+        "INT8 Q/DQ (onnxruntime, optimizations disabled)" if with_cosine else f"served `{report['pipeline']}` at {report['server_url']}"
+    )
     verdict = "PASS" if report["gate"]["pass"] else "FAIL"
     lines = [
         f"# INT8 accuracy gate: {verdict}",
@@ -317,6 +318,7 @@ def evaluate(
     result["set"] = "all"
     report = {
         "step": "evaluate",
+        "pipeline": Pipeline.at(repository).name,
         "mode": "server" if server_url else "local",
         "server_url": server_url,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -356,26 +358,32 @@ def served_top_k(server_url: str, images: Sequence[bytes], repository: Path) -> 
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
 
+    pipeline = Pipeline.at(repository)
+    ensemble_name = pipeline.name
+    ensemble = model_config.load_config(pipeline.ensemble_dir)
+    roles = model_config.tensors_by_role(ensemble)
+    image_name, k_name = model_config.image_input_name(ensemble), roles.optional_input("INT32")
+    ids_name, scores_name = roles.output("INT32"), roles.output("FP32")
     client = grpcclient.InferenceServerClient(server_url)
     try:
-        if not client.is_model_ready(ENSEMBLE):
-            raise BuildError(f"{ENSEMBLE} is not ready on {server_url}")
-        max_batch = int(client.get_model_config(ENSEMBLE).config.max_batch_size) or 1
+        if not client.is_model_ready(ensemble_name):
+            raise BuildError(f"{ensemble_name} is not ready on {server_url}")
+        max_batch = int(client.get_model_config(ensemble_name).config.max_batch_size) or 1
     except InferenceServerException as error:
         raise BuildError(f"cannot reach the server at {server_url}: {error.message()}") from None
     ids, scores = [], []
     for start in range(0, len(images), max_batch):
         part = images[start : start + max_batch]
-        image_input = grpcclient.InferInput("IMAGE", [len(part), 1], "BYTES")
+        image_input = grpcclient.InferInput(image_name, [len(part), 1], "BYTES")
         image_input.set_data_from_numpy(np.array(part, dtype=np.object_).reshape(-1, 1))
-        k_input = grpcclient.InferInput("TOP_K", [len(part), 1], "INT32")
+        k_input = grpcclient.InferInput(k_name, [len(part), 1], "INT32")
         k_input.set_data_from_numpy(np.full((len(part), 1), TOP_K, dtype=np.int32))
         try:
-            result = client.infer(ENSEMBLE, [image_input, k_input])
+            result = client.infer(ensemble_name, [image_input, k_input])
         except InferenceServerException as error:
-            raise BuildError(f"{ENSEMBLE} on {server_url} failed: {error.message()}") from None
-        ids.append(result.as_numpy("CLASS_IDS"))
-        scores.append(result.as_numpy("SCORES")[:, 0])
+            raise BuildError(f"{ensemble_name} on {server_url} failed: {error.message()}") from None
+        ids.append(result.as_numpy(ids_name))
+        scores.append(result.as_numpy(scores_name)[:, 0])
     return np.concatenate(ids).astype(np.int64), np.concatenate(scores)
 
 
@@ -413,7 +421,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument(
         "--server-url",
         metavar="HOST:PORT",
-        help=f"measure a running server's {ENSEMBLE} (gRPC, e.g. localhost:8001) against the local FP32 reference",
+        help="measure the pipeline's ensemble on a running server (gRPC, e.g. localhost:8001) against the local FP32 reference",
     )
     parser.add_argument(
         "--reports-dir", type=Path, default=REPORTS_DIR, metavar="DIR", help="where the reports go (default: .build/reports)"

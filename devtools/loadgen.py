@@ -8,6 +8,7 @@ Nothing here imports pytest, so scripts and ad-hoc measurements can use it too:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -82,8 +83,17 @@ def running_server(
         server.stop()
 
 
+@functools.cache
+def _classifier_tensors() -> tuple[str, str]:
+    """(image input, labels output) of the classifier's ensemble, from its config."""
+    from vision_serving import layout, model_config
+
+    config = model_config.load_config(layout.pipeline(MODEL).ensemble_dir)
+    return model_config.image_input_name(config), model_config.tensors_by_role(config).output("BYTES")
+
+
 def image_input(payloads: Sequence[bytes]) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput("IMAGE", [len(payloads), 1], "BYTES")
+    tensor = grpcclient.InferInput(_classifier_tensors()[0], [len(payloads), 1], "BYTES")
     tensor.set_data_from_numpy(np.array(list(payloads), dtype=np.object_).reshape(-1, 1))
     return tensor
 
@@ -91,7 +101,7 @@ def image_input(payloads: Sequence[bytes]) -> grpcclient.InferInput:
 def classify(client: grpcclient.InferenceServerClient, payload: bytes, timeout_s: float | None = None, **kwargs) -> str:
     """Top-1 label of one image through the ensemble."""
     result = client.infer(MODEL, [image_input([payload])], client_timeout=timeout_s, **kwargs)
-    return result.as_numpy("LABELS")[0, 0].decode()
+    return result.as_numpy(_classifier_tensors()[1])[0, 0].decode()
 
 
 def status_of(error: Exception) -> str:

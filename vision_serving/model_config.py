@@ -14,8 +14,7 @@ from pathlib import Path
 import numpy as np
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
-
-from tritonclient.grpc.model_config_pb2 import ModelConfig  # noqa: E402 - untyped protobuf class (Any to mypy)
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 # Triton config dtype -> numpy dtype. TYPE_STRING tensors are numpy object arrays of bytes.
 _NUMPY_DTYPES: Mapping[int, np.dtype] = {
@@ -147,6 +146,11 @@ class TensorRoles:
 
 def tensors_by_role(config: ModelConfig) -> TensorRoles:
     return TensorRoles(config)
+
+
+def image_input_name(config: ModelConfig) -> str:
+    """The encoded-image input every pipeline's ensemble (and preprocess model) takes: its one required BYTES input."""
+    return TensorRoles(config).required_input("BYTES")
 
 
 def numpy_dtype(data_type: int) -> np.dtype:
