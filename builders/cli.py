@@ -193,7 +193,7 @@ def _add_fix(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], co
         help="graph surgery for TensorRT: named passes, each verified on onnxruntime",
         description=(
             "Rewrite an ONNX model with named onnx-graphsurgeon passes (default: all, in the order of "
-            "builders.fix_onnx.DEFAULT_PASSES). After each pass that changed something, the model before and after "
+            "builders.passes.registry.DEFAULT_PASSES). After each pass that changed something, the model before and after "
             "run on onnxruntime with the same random input; any output difference beyond the tolerance fails the "
             "step and nothing is written. Names, dims and max_batch_size come from <pipeline>_core/config.pbtxt. "
             "In place (OUT = IN), a model no pass changes is left untouched."
