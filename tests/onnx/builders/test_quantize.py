@@ -307,6 +307,27 @@ def test_layer_groups_on_the_default_model(fp32_model):
     assert groups["early"] == [node.name for node in fp32_model.graph.node if node.op_type == "Conv"][: q.EARLY_CONVS]
 
 
+def test_the_stem_of_an_nhwc_model_is_found_through_its_layout_transpose():
+    """tf2onnx's NHWC models transpose the image before the first Conv: that Conv is still the stem."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Transpose", ["images"], ["nchw"], perm=[0, 3, 1, 2], name="to_nchw"),
+        helper.make_node("Conv", ["nchw", "w0"], ["c0"], name="stem_conv"),
+        helper.make_node("Conv", ["c0", "w1"], ["c1"], name="next_conv"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nhwc",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 8, 8, 3])],
+        [helper.make_tensor_value_info("c1", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(rng.normal(size=(4, 3, 1, 1)).astype(np.float32), "w0"),
+            numpy_helper.from_array(rng.normal(size=(4, 4, 1, 1)).astype(np.float32), "w1"),
+        ],
+    )
+    assert q.layer_groups(helper.make_model(graph))["stem"] == ["stem_conv"]
+
+
 def test_exclusions_resolve_to_node_names(fp32_model):
     resolved = q.resolve_exclusions(fp32_model, q.QuantizeOptions(exclude=("classifier",), exclude_op_types=("GlobalAveragePool",)))
     assert resolved["nodes"] == q.layer_groups(fp32_model)["classifier"]
