@@ -51,7 +51,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from builders.passes.graph import Names
+from builders.passes.graph import Names, constant_values
 
 if TYPE_CHECKING:
     from builders.tflite import TransposeConvParams
@@ -85,18 +85,6 @@ def is_convolution_2d_transpose_bias(node: gs.Node) -> bool:
 
 def _node_label(node: gs.Node) -> str:
     return f"{node.op} node {node.name or '(unnamed)'!r} (output {node.outputs[0].name if node.outputs else '?'!r})"
-
-
-def _constant(tensor: gs.Tensor | None) -> np.ndarray | None:
-    if tensor is None:
-        return None
-    if isinstance(tensor, gs.Constant):
-        return np.asarray(tensor.values)
-    if len(tensor.inputs) == 1 and tensor.inputs[0].op == "Constant":
-        value = tensor.inputs[0].attrs.get("value")
-        if isinstance(value, gs.Constant):
-            return np.asarray(value.values)
-    return None
 
 
 def _static_shape(shape: Any) -> list[int] | None:
@@ -248,12 +236,12 @@ def _plan(
     label = _node_label(node)
     if len(node.inputs) not in (2, 3) or len(node.outputs) != 1:
         raise ValueError(f"{label}: expected inputs (x, weights[, bias]) and one output")
-    weights = _constant(node.inputs[1])
+    weights = constant_values(node.inputs[1])
     if weights is None or weights.ndim != 4:
         raise ValueError(f"{label}: weights must be a constant OHWI tensor (fold constants first)")
     bias: np.ndarray | None = None
     if len(node.inputs) == 3 and node.inputs[2].name:
-        bias = _constant(node.inputs[2])
+        bias = constant_values(node.inputs[2])
         if bias is None or bias.size != weights.shape[0]:
             raise ValueError(f"{label}: bias must be a constant with {weights.shape[0]} values")
     kernel = [int(weights.shape[1]), int(weights.shape[2])]
@@ -378,7 +366,7 @@ def check_against_tflite(graph: gs.Graph, params: Sequence[TransposeConvParams])
 def _kernel_of(graph: gs.Graph, output_name: str) -> list[int]:
     for node in graph.nodes:
         if is_convolution_2d_transpose_bias(node) and node.outputs and node.outputs[0].name == output_name:
-            weights = _constant(node.inputs[1])
+            weights = constant_values(node.inputs[1])
             if weights is not None and weights.ndim == 4:
                 return [int(weights.shape[1]), int(weights.shape[2])]
     return [1, 1]
