@@ -17,8 +17,11 @@ reports and caches go under ``.build/``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPOSITORY_ROOT / "model_repository"
@@ -98,6 +101,10 @@ class Pipeline:
     def served_precision(self) -> Path:
         return self.core_file(SERVED_PRECISION)
 
+    def served_onnx(self) -> Path | None:
+        """The ONNX the precision ladder chose, if it ran and the file is still the one it measured."""
+        return served_onnx(self.core_version_dir)
+
     @property
     def build_dir(self) -> Path:
         """Scratch space of this pipeline's builds: calibration sets, converted sources, reports."""
@@ -131,3 +138,34 @@ def pipeline(name: str, repository: Path = MODEL_REPOSITORY) -> Pipeline:
 def model_repositories(repository: Path = MODEL_REPOSITORY) -> list[Path]:
     """The folders to pass to ``tritonserver --model-repository``, one per pipeline."""
     return [item.repository for item in pipelines(repository)]
+
+
+def read_served_precision(version_dir: Path) -> dict[str, Any] | None:
+    """The precision ladder's record (``served_precision.json``) in a core's version folder; None if the ladder has not run."""
+    path = version_dir / SERVED_PRECISION
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if not isinstance(record, dict) or not isinstance(record.get("onnx"), str):
+        raise LayoutError(f"{path}: not a precision record (no 'onnx' file name)")
+    return record
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def served_onnx(version_dir: Path) -> Path | None:
+    """The ONNX the precision ladder chose, if it ran and the file is still the one it measured.
+
+    Shared by the builders (``build-engine`` builds it) and the CPU cores (``precision: "served"``).
+    """
+    record = read_served_precision(version_dir)
+    if record is None:
+        return None
+    path = version_dir / record["onnx"]
+    return path if path.is_file() and file_sha256(path) == record.get("onnx_sha256") else None
