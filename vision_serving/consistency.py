@@ -133,13 +133,31 @@ def check_ensemble(ensemble: ModelConfig, models: dict[str, ModelConfig]) -> lis
     return problems
 
 
+def served_onnx_filename(config: ModelConfig, version_dir: Path) -> str | None:
+    """The ONNX file a core config serves from ``version_dir``: ``onnx_file``/``precision``
+    (Python-backend cores) or ``default_model_filename`` (Triton's openvino backend); None otherwise."""
+    from . import core_model
+
+    if config.backend == "openvino":
+        return config.default_model_filename or None
+    if "onnx_file" in config.parameters or "precision" in config.parameters:
+        return core_model.onnx_filename(config, version_dir)
+    return None
+
+
 def check_onnx(config: ModelConfig, version_dirs: list[Path]) -> list[str]:
-    """An ONNX named by ``onnx_file`` must have exactly the config's tensors (plus a batch dim)."""
+    """The ONNX a core config serves must have exactly the config's tensors (plus a batch dim)."""
     import onnx
 
     problems = []
-    filename = model_config.parameter(config, "onnx_file")
     for version_dir in version_dirs:
+        try:
+            filename = served_onnx_filename(config, version_dir)
+        except ConfigError as error:
+            problems.append(str(error))
+            continue
+        if filename is None:
+            continue
         path = version_dir / filename
         if not path.is_file():
             continue  # not built yet: the server reports it at load time
@@ -170,7 +188,11 @@ def check_model_parameters(config: ModelConfig, model_dir: Path) -> list[str]:
     from . import classification, detection, preprocessing, segmentation
 
     problems = []
+    if config.backend == "openvino":
+        return check_openvino_backend(config, model_dir)
     try:
+        if config.backend == "python" and ("onnx_file" in config.parameters or "precision" in config.parameters):
+            check_python_core(config)
         if "layout" in config.parameters:
             preprocessing.PreprocessSpec.from_config(config)
             preprocessing.limits_from_config(config)
@@ -186,6 +208,64 @@ def check_model_parameters(config: ModelConfig, model_dir: Path) -> list[str]:
             classification.validate_k(model_config.int_parameter(config, "top_k"), int(logits.dims[-1]))
     except (ConfigError, ValueError) as error:
         problems.append(f"{config.name}: {error}")
+    return problems
+
+
+def check_python_core(config: ModelConfig) -> None:
+    """A Python-backend core's runtime, model and runtime settings (raises ``ConfigError``)."""
+    from . import core_model
+
+    core_model.model_parameter(config)
+    if core_model.runtime(config) == "openvino":
+        from .openvino_core import compile_properties
+
+        compile_properties(config)
+
+
+# Triton's openvino backend (src/openvino.cc): the parameters it reads, and the values it accepts.
+# It ignores any other key, so a misspelt one would silently change nothing.
+OPENVINO_BACKEND_PARAMETERS = {
+    "PERFORMANCE_HINT": ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"),
+    "NUM_STREAMS": ("AUTO", "NUMA", "<number>"),
+    "INFERENCE_NUM_THREADS": ("<number>",),
+    "COMPILATION_NUM_THREADS": ("<number>",),
+    "HINT_BF16": ("YES",),
+    "CPU_EXTENSION_PATH": ("<path>",),
+    "SKIP_OV_DYNAMIC_BATCHSIZE": ("YES", "NO"),
+    "ENABLE_BATCH_PADDING": ("YES", "NO"),
+    "RESHAPE_IO_LAYERS": ("YES", "NO"),
+    "TARGET_DEVICE": ("CPU", "GPU", "NPU", "AUTO", "MULTI", "HETERO"),
+}
+
+
+def check_openvino_backend(config: ModelConfig, model_dir: Path) -> list[str]:
+    """A core config for Triton's openvino backend: known parameters with accepted values, an ONNX
+    model file, batch padding when batching (the backend fixes the batch at max_batch_size), and
+    the precision the ladder chose."""
+    where = f"{config.name} (backend openvino)"
+    problems = []
+    for key in config.parameters:
+        value = config.parameters[key].string_value.upper()
+        accepted = OPENVINO_BACKEND_PARAMETERS.get(key)
+        if accepted is None:
+            problems.append(f"{where}: parameter '{key}' is not read by the openvino backend ({sorted(OPENVINO_BACKEND_PARAMETERS)})")
+        elif not (value in accepted or ("<number>" in accepted and value.isdigit()) or "<path>" in accepted):
+            problems.append(f"{where}: parameter '{key}' is {value!r}; the backend accepts {', '.join(accepted)}")
+    filename = config.default_model_filename
+    if not filename.endswith((".onnx", ".xml")):
+        problems.append(f"{where}: default_model_filename {filename!r} must name the model file (.onnx or .xml) in the version folder")
+    if config.max_batch_size > 0 and model_config.parameter(config, "ENABLE_BATCH_PADDING", "NO").upper() != "YES":
+        problems.append(
+            f"{where}: the backend fixes the batch at max_batch_size {config.max_batch_size} and fails smaller batches "
+            "unless ENABLE_BATCH_PADDING is YES"
+        )
+    for version_dir in sorted(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()):
+        record = layout.read_served_precision(version_dir)
+        if record is not None and filename not in (record["onnx"], layout.FP32_ONNX):
+            problems.append(
+                f"{where}: default_model_filename {filename!r} is not {record['onnx']!r}, the precision the ladder chose "
+                f"({version_dir / layout.SERVED_PRECISION})"
+            )
     return problems
 
 
@@ -249,7 +329,7 @@ def check_pipeline(repository: Path) -> list[str]:
         problems += check_variants(name, variants)
         for config in variants.values():
             problems += check_model_parameters(config, repository / name)
-            if "onnx_file" in config.parameters:
+            if config.backend == "openvino" or "onnx_file" in config.parameters or "precision" in config.parameters:
                 version_dirs = sorted(p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit())
                 problems += check_onnx(config, version_dirs)
     problems += check_detector_letterbox(models, layout.Pipeline.at(repository))

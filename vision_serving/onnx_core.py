@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from . import model_config
+from . import core_model, model_config
 
 GRAPH_OPTIMIZATION_LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
@@ -33,35 +33,23 @@ def create_session(onnx_path: Path, graph_optimization: str = "all", intra_op_th
 
 
 class OnnxCore:
-    """The core model's inputs -> outputs, named and shaped as in its Triton config."""
+    """The core model's inputs -> outputs, named and shaped as in its Triton config (``runtime: "onnxruntime"``)."""
 
     def __init__(self, config: model_config.ModelConfig, version_dir: Path) -> None:
         self.inputs = list(config.input)
         self.outputs = list(config.output)
         self.input_names = [item.name for item in self.inputs]
         self.output_names = [item.name for item in self.outputs]
+        self.onnx_path = core_model.onnx_path(config, version_dir)
         self.session = create_session(
-            version_dir / model_config.parameter(config, "onnx_file"),
+            self.onnx_path,
             model_config.parameter(config, "graph_optimization", "all"),
             model_config.int_parameter(config, "intra_op_threads", 0),
         )
-        onnx_inputs = sorted(item.name for item in self.session.get_inputs())
-        onnx_outputs = sorted(item.name for item in self.session.get_outputs())
-        if onnx_inputs != sorted(self.input_names) or onnx_outputs != sorted(self.output_names):
-            raise model_config.ConfigError(
-                f"ONNX I/O {onnx_inputs} -> {onnx_outputs} does not match config {self.input_names} -> {self.output_names}"
-            )
-        self._check_output_shapes()
-
-    def _check_output_shapes(self) -> None:
-        """Run one zero input: a model whose outputs do not match its config fails to load, never serves."""
-        probe = {item.name: np.zeros((1, *item.dims), dtype=model_config.numpy_dtype(item.data_type)) for item in self.inputs}
-        for item, value in zip(self.outputs, self.run(probe)):
-            shape = list(value.shape[1:])
-            if shape != list(item.dims):
-                raise model_config.ConfigError(
-                    f"ONNX output '{item.name}' has shape {shape} per image; the config declares {list(item.dims)}"
-                )
+        core_model.check_io(
+            config, [item.name for item in self.session.get_inputs()], [item.name for item in self.session.get_outputs()], "ONNX"
+        )
+        core_model.check_output_shapes(config, self.run, "ONNX")
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """The outputs, in config order."""

@@ -1,7 +1,9 @@
-"""CPU core (configs/cpu*.pbtxt): the core ONNX on onnxruntime in the Python backend.
+"""CPU core (configs/cpu*.pbtxt): the core ONNX on OpenVINO or onnxruntime in the Python backend.
 
-With config.pbtxt (platform tensorrt_plan) Triton serves 1/model.plan
-instead and never loads this. Every input and output is read from the config.
+The config's ``runtime`` parameter picks the runtime and ``precision`` (or ``onnx_file``) the
+model (:mod:`vision_serving.core_model`). With config.pbtxt (platform tensorrt_plan) Triton
+serves 1/model.plan instead and never loads this; with configs/cpu_openvino_backend.pbtxt,
+Triton's own openvino backend. Every input and output is read from the config.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .. import model_config
-from ..onnx_core import OnnxCore
+from .. import core_model, model_config
 from .batching import run_requests, split_rows
 from .errors import triton_error
 
@@ -20,7 +21,8 @@ from .errors import triton_error
 class TritonPythonModel:
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
-        self.core = OnnxCore(config, Path(args["model_repository"]) / args["model_version"])
+        self.core = core_model.load(config, Path(args["model_repository"]) / args["model_version"])
+        pb_utils.Logger.log_info(f"{config.name}: {core_model.runtime(config)} serving {self.core.onnx_path.name}")
 
     def _parse(self, request):
         return [pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.core.input_names]

@@ -222,3 +222,25 @@ def test_broken_detector_is_reported(detector, model, file, old, new, problem):
     problems = consistency.check_repository(root)
     assert any(problem in p for p in problems), problems
     assert all(p.startswith(f"{DETECTOR.name}: ") for p in problems), problems
+
+
+def test_openvino_backend_config_is_checked_offline(copied):
+    """configs/cpu_openvino_backend.pbtxt (Triton's openvino backend; not served by the local 2.51): the
+    backend's parameters, batch padding, and the ladder's precision."""
+    config = model_file(copied, "core", "configs/cpu_openvino_backend.pbtxt")
+    text = config.read_text()
+    edit(config, '"model.onnx"', '"model_int8_qdq.onnx"')
+    edit(config, '"NUM_STREAMS"', '"NUM_STREAM"')
+    edit(
+        config,
+        '{ key: "ENABLE_BATCH_PADDING", value: { string_value: "YES" } }',
+        '{ key: "ENABLE_BATCH_PADDING", value: { string_value: "NO" } }',
+    )
+    copied.served_precision.parent.mkdir(parents=True, exist_ok=True)
+    copied.served_precision.write_text('{"precision": "fp16", "onnx": "model_fp16.onnx", "onnx_sha256": "0"}')
+    problems = "\n".join(consistency.check_pipeline(copied.repository))
+    assert "parameter 'NUM_STREAM' is not read by the openvino backend" in problems
+    assert "unless ENABLE_BATCH_PADDING is YES" in problems
+    assert "default_model_filename 'model_int8_qdq.onnx' is not 'model_fp16.onnx'" in problems
+    config.write_text(text)  # FP32, the exact reference, is always allowed
+    assert not [p for p in consistency.check_pipeline(copied.repository) if "openvino" in p]

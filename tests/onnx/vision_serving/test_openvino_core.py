@@ -1,0 +1,109 @@
+"""The OpenVINO CPU core: same interface and load-time checks as the onnxruntime core; the config's
+runtime and precision pick the model (precision "served" through served_precision.json)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.support.pipelines import built_classifier
+from vision_serving import core_model, layout, model_config
+from vision_serving.onnx_core import OnnxCore
+from vision_serving.openvino_core import OpenVinoCore, compile_properties
+
+CLASSIFIER = layout.pipeline("image_classifier")
+
+
+@pytest.fixture(scope="module")
+def openvino_config() -> model_config.ModelConfig:
+    return model_config.load_config(CLASSIFIER.core_dir, "cpu_openvino_fp32")
+
+
+def test_every_pipeline_defaults_to_openvino_at_the_served_precision():
+    for pipeline in layout.pipelines():
+        for name in ("cpu", "cpu_openvino"):
+            config = model_config.load_config(pipeline.core_dir, name)
+            assert core_model.runtime(config) == "openvino"
+            # The classifier's INT8 fails the gate on OpenVINO (served ensemble): FP32 there.
+            expected = "fp32" if pipeline.name == "image_classifier" else core_model.SERVED
+            assert model_config.parameter(config, "precision") == expected
+        assert model_config.parameter(model_config.load_config(pipeline.core_dir, "cpu_openvino_fp32"), "precision") == "fp32"
+        assert core_model.runtime(model_config.load_config(pipeline.core_dir, "cpu_onnxruntime")) == "onnxruntime"
+        assert model_config.load_config(pipeline.core_dir, "cpu_openvino_backend").backend == "openvino"
+
+
+def test_openvino_matches_onnxruntime_fp32(openvino_config):
+    pipeline = built_classifier()
+    openvino = core_model.load(openvino_config, pipeline.core_version_dir)
+    assert isinstance(openvino, OpenVinoCore) and openvino.onnx_path.name == layout.FP32_ONNX
+    onnxruntime = OnnxCore(model_config.load_config(CLASSIFIER.core_dir, "cpu_onnxruntime"), pipeline.core_version_dir)
+    (image,) = openvino_config.input
+    batch = np.random.default_rng(0).standard_normal((3, *image.dims)).astype(np.float32)
+    (got,), (expected,) = openvino.run({image.name: batch}), onnxruntime.run({image.name: batch})
+    assert got.shape == (3, *openvino_config.output[0].dims)
+    assert np.abs(got - expected).max() < 1e-2 * np.abs(expected).max()
+    assert np.array_equal(got.argmax(axis=1), expected.argmax(axis=1))
+
+
+def pooled_model(path, input_name: str, output_name: str) -> None:
+    """images [N, 3, 224, 224] -> [N, 3]: the right names, the wrong number of classes."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("GlobalAveragePool", [input_name], ["pooled"]), helper.make_node("Flatten", ["pooled"], [output_name])],
+        "wrong_classes",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", 3, 224, 224])],
+        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", 3])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_wrong_output_shape_fails_at_load(tmp_path, openvino_config):
+    pooled_model(tmp_path / layout.FP32_ONNX, openvino_config.input[0].name, openvino_config.output[0].name)
+    with pytest.raises(model_config.ConfigError, match=r"has shape \[3\] per image; the config declares \[1000\]"):
+        OpenVinoCore(openvino_config, tmp_path)
+
+
+def test_wrong_io_names_fail_at_load(tmp_path, openvino_config):
+    pooled_model(tmp_path / layout.FP32_ONNX, "pixels", openvino_config.output[0].name)
+    with pytest.raises(model_config.ConfigError, match=r"ONNX I/O \['pixels'\]"):
+        OpenVinoCore(openvino_config, tmp_path)
+
+
+def test_served_precision_resolves_through_the_ladders_record(tmp_path, openvino_config):
+    config = model_config.ModelConfig()
+    config.CopyFrom(openvino_config)
+    config.parameters["precision"].string_value = "served"
+    pooled_model(tmp_path / layout.FP32_ONNX, "images", "logits")
+    assert core_model.onnx_filename(config, tmp_path) == layout.FP32_ONNX  # the ladder has not run: FP32
+    shutil.copy(tmp_path / layout.FP32_ONNX, tmp_path / layout.INT8_ONNX)
+    record = {"precision": "int8", "onnx": layout.INT8_ONNX, "onnx_sha256": layout.file_sha256(tmp_path / layout.INT8_ONNX)}
+    (tmp_path / layout.SERVED_PRECISION).write_text(json.dumps(record))
+    assert core_model.onnx_filename(config, tmp_path) == layout.INT8_ONNX
+    (tmp_path / layout.INT8_ONNX).write_bytes(b"rebuilt after the gate")
+    with pytest.raises(model_config.ConfigError, match="not the file the precision ladder measured"):
+        core_model.onnx_filename(config, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("performance_hint", "FASTEST", "performance_hint"),
+        ("num_streams", "-1", "num_streams"),
+        ("cpu_pinning", "maybe", "cpu_pinning"),
+        ("runtime", "tvm", "runtime"),
+        ("precision", "int4", "precision"),
+    ],
+)
+def test_bad_parameters_are_refused(openvino_config, key, value, message):
+    config = model_config.ModelConfig()
+    config.CopyFrom(openvino_config)
+    config.parameters[key].string_value = value
+    with pytest.raises(model_config.ConfigError, match=message):
+        core_model.runtime(config)
+        core_model.model_parameter(config)
+        compile_properties(config)

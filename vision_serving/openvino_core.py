@@ -1,0 +1,86 @@
+"""Run the core ONNX model with OpenVINO's CPU plugin (the CPU default: ``runtime: "openvino"``).
+
+Measured on the development CPUs (AVX2, no VNNI; ``benchmarks/cpu_core.py``), OpenVINO runs
+EfficientNet-Lite0 FP32 about 1.8x faster than onnxruntime with one thread, and runs ModelOpt's
+INT8 Q/DQ model correctly and faster still (onnxruntime's fused int8 kernels are wrong on these
+CPUs: docs/design.md §3).
+
+Config parameters (all optional but the model: ``precision`` or ``onnx_file``, see
+:mod:`vision_serving.core_model`):
+
+- ``performance_hint``: ``LATENCY`` (default) or ``THROUGHPUT`` (OpenVINO's ``PERFORMANCE_HINT``);
+- ``num_streams``: a number, ``AUTO`` or ``NUMA`` (default 1: one request at a time per
+  instance; Triton's ``instance_group`` count is the parallelism);
+- ``inference_threads``: OpenVINO's ``INFERENCE_NUM_THREADS`` (default 1: several
+  single-threaded instances keep every thread busy instead of waking idle ones per layer);
+- ``cpu_pinning``: ``true``/``false`` (default false: Triton runs several instances, each
+  with its own OpenVINO core, and pinning would put their threads on the same first cores).
+
+OpenVINO's CPU threads block between inferences (TBB arenas, condition waits); the inference
+call blocks the Python model instance's thread until its outputs are ready.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from . import core_model, model_config
+
+PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
+_STREAM_KEYWORDS = ("AUTO", "NUMA")
+_BOOLEANS = {"true": True, "false": False}
+
+
+def compile_properties(config: model_config.ModelConfig) -> dict[str, Any]:
+    """The CPU plugin's properties from the config's parameters (validated)."""
+    hint = model_config.parameter(config, "performance_hint", "LATENCY").upper()
+    if hint not in PERFORMANCE_HINTS:
+        raise model_config.ConfigError(f"model '{config.name}': performance_hint {hint!r} is not one of {PERFORMANCE_HINTS}")
+    streams = model_config.parameter(config, "num_streams", "1").upper()
+    if streams not in _STREAM_KEYWORDS and not (streams.isdigit() and int(streams) > 0):
+        raise model_config.ConfigError(f"model '{config.name}': num_streams {streams!r} is not a positive number, AUTO or NUMA")
+    threads = model_config.int_parameter(config, "inference_threads", 1)
+    if threads < 0:
+        raise model_config.ConfigError(f"model '{config.name}': inference_threads must be >= 0 (0: OpenVINO's default)")
+    pinning = model_config.parameter(config, "cpu_pinning", "false").lower()
+    if pinning not in _BOOLEANS:
+        raise model_config.ConfigError(f"model '{config.name}': cpu_pinning {pinning!r} is not true or false")
+    return {
+        "PERFORMANCE_HINT": hint,
+        "NUM_STREAMS": streams,
+        "INFERENCE_NUM_THREADS": threads,
+        "ENABLE_CPU_PINNING": _BOOLEANS[pinning],
+    }
+
+
+class OpenVinoCore:
+    """The core model's inputs -> outputs, named and shaped as in its Triton config, on OpenVINO's CPU plugin."""
+
+    def __init__(self, config: model_config.ModelConfig, version_dir: Path, core: ov.Core | None = None) -> None:
+        self.inputs = list(config.input)
+        self.outputs = list(config.output)
+        self.input_names = [item.name for item in self.inputs]
+        self.output_names = [item.name for item in self.outputs]
+        self.onnx_path = core_model.onnx_path(config, version_dir)
+        self.properties = compile_properties(config)
+        core = core or ov.Core()
+        model = core.read_model(str(self.onnx_path))
+        core_model.check_io(
+            config,
+            [port.get_any_name() for port in model.inputs],
+            [port.get_any_name() for port in model.outputs],
+            "ONNX",
+        )
+        self.compiled = core.compile_model(model, "CPU", self.properties)
+        self._ports = [self.compiled.output(name) for name in self.output_names]
+        self._request = self.compiled.create_infer_request()
+        core_model.check_output_shapes(config, self.run, "ONNX")
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The outputs, in config order (copies: the request's buffers are reused)."""
+        results = self._request.infer(feeds, share_inputs=True, share_outputs=False)
+        return [np.asarray(results[port]) for port in self._ports]
