@@ -1,19 +1,32 @@
-"""Validate encoded image bytes before decoding, then decode them with OpenCV.
+"""Validate encoded image bytes before decoding, then decode them (JPEG: libjpeg-turbo via simplejpeg; PNG, WebP: OpenCV).
 
 Checks run cheapest first and never decode a payload that fails one:
 empty payload -> size limit -> format by magic bytes -> declared pixel count
 and side length from the header (decompression bombs) -> JPEG scan count
 (progressive-scan CPU bombs) -> truncation -> decode -> decoded size equals
-the declared one.
+the declared one (or, decoding reduced, a libjpeg scale of it).
 Every failure is an ``ImageError`` whose message names the problem; callers
-map it to Triton's ``INVALID_ARG``. Nothing else escapes ``decode_rgb``: an
+map it to Triton's ``INVALID_ARG``. Nothing else escapes ``decode``/``decode_rgb``: an
 unexpected exception inside a Triton ``execute()`` would fail every request of
 the dynamic batch, not just the bad one.
 
-Known limits of what is checked (libjpeg's, measured in tests/integration/test_fuzz.py):
-libjpeg treats corrupt entropy-coded data as a warning and returns a partly
-grey image, so a JPEG with a valid header and damaged data is classified, not
-rejected; its cost is bounded by ``max_pixels`` and ``max_jpeg_scans``.
+**Reduced JPEG decoding.** ``decode(data, limits, MinimumSize(...))`` decodes a JPEG at the
+smallest libjpeg-turbo DCT scale (n/8) whose result is still at least the given size, so
+the resize that follows is still a downscale: a 12 MP photo for a 256-pixel model decodes
+at 1/8 in about a quarter of the time of a full decode. The photo's own size is returned
+with the pixels (postprocessing maps results back to it).
+
+**EXIF orientation** of JPEGs is applied here (tag 0x0112 of the first Exif APP1 segment),
+exactly as OpenCV's ``imdecode`` applies it (tests/unit/vision_serving/test_image_codec.py
+compares all eight orientations).
+
+**Strict JPEG decoding.** libjpeg's warnings (corrupt entropy-coded data, premature end of
+data) are errors: a damaged JPEG is refused, not classified as a partly grey image.
+CMYK/YCCK JPEGs, which libjpeg-turbo cannot convert to RGB, are decoded by OpenCV at full size.
+
+**Trailing data.** A JPEG ends at its first end-of-image marker found by walking its
+segments; data after it (phones append a motion photo's video) is ignored. A WebP ends
+where its RIFF header says. Really truncated files are still refused.
 """
 
 from __future__ import annotations
@@ -24,19 +37,22 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
+import simplejpeg
 
 # Format name -> magic bytes at offset 0.
 MAGIC_BYTES: dict[str, bytes] = {
     "jpeg": b"\xff\xd8\xff",
     "png": b"\x89PNG\r\n\x1a\n",
 }
+# WebP: a RIFF container (b"RIFF", little-endian size, b"WEBP").
+_RIFF, _WEBP = b"RIFF", b"WEBP"
+FORMATS = (*MAGIC_BYTES, "webp")
 
 # Formats we recognise but do not accept: name -> (offset, magic). Named in the
 # error so a client learns what was wrong with its payload.
 KNOWN_UNACCEPTED: dict[str, tuple[tuple[int, bytes], ...]] = {
     "GIF": ((0, b"GIF87a"), (0, b"GIF89a")),
     "BMP": ((0, b"BM"),),
-    "WebP": ((8, b"WEBP"),),
     "TIFF": ((0, b"II*\x00"), (0, b"MM\x00*")),
     "HEIF/AVIF (ISO media)": ((4, b"ftyp"),),
     "JPEG 2000": ((0, b"\x00\x00\x00\x0cjP  \r\n\x87\n"), (0, b"\xff\x4f\xff\x51")),
@@ -88,9 +104,9 @@ class ImageLimits:
     max_side: int = DEFAULT_MAX_SIDE
 
     def __post_init__(self) -> None:
-        unknown = set(self.accepted_formats) - MAGIC_BYTES.keys()
+        unknown = set(self.accepted_formats) - set(FORMATS)
         if unknown:
-            raise ValueError(f"unsupported accepted_formats {sorted(unknown)}; known: {sorted(MAGIC_BYTES)}")
+            raise ValueError(f"unsupported accepted_formats {sorted(unknown)}; known: {sorted(FORMATS)}")
         if min(self.max_bytes, self.max_pixels, self.max_jpeg_scans, self.max_side) <= 0:
             raise ValueError("max_bytes, max_pixels, max_jpeg_scans and max_side must be positive")
 
@@ -99,6 +115,8 @@ def sniff_format(data: bytes) -> str | None:
     for name, magic in MAGIC_BYTES.items():
         if data.startswith(magic):
             return name
+    if data[:4] == _RIFF and data[8:12] == _WEBP:
+        return "webp"
     return None
 
 
@@ -120,7 +138,37 @@ def declared_size(data: bytes, image_format: str) -> tuple[int, int]:
         return width, height
     if image_format == "jpeg":
         return _jpeg_declared_size(data)
+    if image_format == "webp":
+        return _webp_declared_size(data)
     raise ImageError(f"unsupported format {image_format!r}")
+
+
+def _webp_declared_size(data: bytes) -> tuple[int, int]:
+    """The canvas size of a still WebP (simple lossy VP8, lossless VP8L or extended VP8X)."""
+    if len(data) < 30:
+        raise ImageError("truncated WebP: header ends before the frame size")
+    chunk = data[12:16]
+    if chunk == b"VP8 ":
+        if data[23:26] != b"\x9d\x01\x2a":
+            raise ImageError("corrupt WebP: bad VP8 frame start code")
+        width, height = struct.unpack("<HH", data[26:30])
+        return width & 0x3FFF, height & 0x3FFF
+    if chunk == b"VP8L":
+        if data[20] != 0x2F:
+            raise ImageError("corrupt WebP: bad VP8L signature")
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X":
+        if data[20] & 0x02:
+            raise ImageError("animated WebP is not accepted")
+        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+    raise ImageError(f"corrupt WebP: unknown first chunk {chunk!r}")
+
+
+def _webp_end(data: bytes) -> int | None:
+    """The end of the RIFF container (8 + its declared size), None if the payload is shorter."""
+    (size,) = struct.unpack("<I", data[4:8])
+    return 8 + size if 8 + size <= len(data) else None
 
 
 def _next_marker(data: bytes, position: int) -> tuple[int, int] | None:
@@ -168,6 +216,10 @@ def _jpeg_declared_size(data: bytes) -> tuple[int, int]:
 
 
 def jpeg_scan_count(data: bytes, limit: int | None = None) -> int:
+    return _jpeg_walk(data, limit)[0]
+
+
+def _jpeg_walk(data: bytes, limit: int | None = None) -> tuple[int, int | None]:
     """Number of scans (SOS segments) of a JPEG, walking its marker structure.
 
     Entropy-coded data is skipped with a byte search, so markers inside APP
@@ -175,6 +227,7 @@ def jpeg_scan_count(data: bytes, limit: int | None = None) -> int:
     first EOI, at data it cannot walk (the decoder judges that), after
     ``_JPEG_MAX_SEGMENTS`` segments or, when ``limit`` is given, as soon as the
     count exceeds it. Its cost is linear in the payload and mostly C.
+    Returns (scans, offset just past the first EOI or None if the walk did not reach one).
     """
     position, end, scans, segments = 2, len(data), 0, 0
     while position + 4 <= end and segments < _JPEG_MAX_SEGMENTS:
@@ -184,7 +237,7 @@ def jpeg_scan_count(data: bytes, limit: int | None = None) -> int:
         position, marker = found
         segments += 1
         if marker == _JPEG_EOI_MARKER:
-            break
+            return scans, position + 2
         if marker in _JPEG_STANDALONE_MARKERS:
             position += 2
             continue
@@ -202,18 +255,97 @@ def jpeg_scan_count(data: bytes, limit: int | None = None) -> int:
             if after_scan is None:
                 break
             position = after_scan.start()
-    return scans
+    return scans, None
 
 
-def _has_trailer(data: bytes, image_format: str) -> bool:
-    tail = data[-_TRAILER_WINDOW:]
-    if image_format == "jpeg":
-        return _JPEG_EOI in tail
-    return _PNG_IEND in tail
+def jpeg_orientation(data: bytes) -> int:
+    """The EXIF orientation (1-8) of a JPEG: tag 0x0112 in IFD0 of its first Exif APP1 segment; 1 if absent or invalid."""
+    position, end, segments = 2, len(data), 0
+    while position + 4 <= end and segments < _JPEG_MAX_SEGMENTS:
+        found = _next_marker(data, position)
+        if found is None:
+            return 1
+        position, marker = found
+        segments += 1
+        if marker in _JPEG_STANDALONE_MARKERS:
+            position += 2
+            continue
+        if marker in (_JPEG_SOS, _JPEG_EOI_MARKER) or position + 4 > end:
+            return 1
+        (segment_length,) = struct.unpack(">H", data[position + 2 : position + 4])
+        if segment_length < 2:
+            return 1
+        payload = data[position + 4 : position + 2 + segment_length]
+        if marker == 0xE1 and payload.startswith(b"Exif\x00\x00"):
+            return _exif_orientation(payload[6:])
+        position += 2 + segment_length
+    return 1
+
+
+def _exif_orientation(tiff: bytes) -> int:
+    if tiff[:4] not in (b"II*\x00", b"MM\x00*"):
+        return 1
+    order = "<" if tiff[:2] == b"II" else ">"
+    (ifd,) = struct.unpack(order + "I", tiff[4:8])
+    if ifd + 2 > len(tiff):
+        return 1
+    (count,) = struct.unpack(order + "H", tiff[ifd : ifd + 2])
+    for index in range(min(count, 1000)):
+        entry = ifd + 2 + 12 * index
+        if entry + 12 > len(tiff):
+            return 1
+        tag, kind = struct.unpack(order + "HH", tiff[entry : entry + 4])
+        if tag == 0x0112:
+            if kind != 3:  # SHORT
+                return 1
+            (value,) = struct.unpack(order + "H", tiff[entry + 8 : entry + 10])
+            return value if 1 <= value <= 8 else 1
+    return 1
+
+
+def apply_orientation(image: np.ndarray, orientation: int) -> np.ndarray:
+    """The stored pixels -> as displayed, for EXIF orientation 1-8 (OpenCV's ExifTransform)."""
+    if orientation in (5, 6, 7, 8):
+        image = cv2.transpose(image)
+    flip = {2: 1, 3: -1, 4: 0, 6: 1, 7: -1, 8: 0}.get(orientation)
+    return image if flip is None else cv2.flip(image, flip)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A payload that passed validation: its format, declared size and where the image ends."""
+
+    format: str
+    width: int
+    height: int
+    end: int  # the image's bytes are data[:end]; anything after it is ignored
+
+
+@dataclass(frozen=True)
+class MinimumSize:
+    """The smallest decoded image (as displayed, after EXIF orientation) the following resize needs."""
+
+    width: int = 0
+    height: int = 0
+    shorter_side: int = 0
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """RGB pixels (possibly a reduced decode) and the photo's own displayed size."""
+
+    image: np.ndarray
+    height: int
+    width: int
 
 
 def validate(data: bytes, limits: ImageLimits) -> str:
     """Check a payload without decoding it; returns its format or raises ``ImageError``."""
+    return check(data, limits).format
+
+
+def check(data: bytes, limits: ImageLimits) -> Checked:
+    """Check a payload without decoding it (every check of the module docstring before the decoder)."""
     if len(data) == 0:
         raise ImageError("empty image payload")
     if len(data) > limits.max_bytes:
@@ -237,25 +369,47 @@ def validate(data: bytes, limits: ImageLimits) -> str:
         )
     if max(width, height) > limits.max_side:
         raise ImageError(f"{image_format.upper()} declares {width}x{height}: a side over the limit of {limits.max_side} pixels")
+    end: int | None = len(data)
     if image_format == "jpeg":
-        scans = jpeg_scan_count(data, limit=limits.max_jpeg_scans)
+        scans, end = _jpeg_walk(data, limit=limits.max_jpeg_scans)
         if scans > limits.max_jpeg_scans:
             raise ImageError(
                 f"JPEG has more than {limits.max_jpeg_scans} scans (the limit); progressive images normally have at most a dozen"
             )
-    if not _has_trailer(data, image_format):
+        if end is None and _JPEG_EOI in data[-_TRAILER_WINDOW:]:
+            end = len(data)  # a marker walk that stopped early: the (strict) decoder judges the data
+    elif image_format == "webp":
+        end = _webp_end(data)
+    elif _PNG_IEND not in data[-_TRAILER_WINDOW:]:
+        end = None
+    if end is None:
         raise ImageError(f"truncated {image_format.upper()}: no end-of-image marker")
-    return image_format
+    return Checked(image_format, width, height, end)
 
 
 def decode_rgb(data: bytes, limits: ImageLimits) -> np.ndarray:
-    """Validate and decode to an 8-bit RGB HxWx3 array.
+    """Validate and decode to an 8-bit RGB HxWx3 array at full size.
 
     EXIF orientation is applied; grayscale, alpha (dropped) and 16-bit images
     become 8-bit RGB (OpenCV's ``IMREAD_COLOR``).
     """
-    image_format = validate(data, limits)
-    name = image_format.upper()
+    return decode(data, limits).image
+
+
+def decode(data: bytes, limits: ImageLimits, minimum: MinimumSize | None = None) -> Decoded:
+    """Validate and decode to 8-bit RGB; a JPEG at the smallest DCT scale still at least ``minimum``."""
+    checked = check(data, limits)
+    payload = data[: checked.end]
+    if checked.format == "jpeg":
+        decoded = _decode_jpeg(payload, checked, minimum or MinimumSize())
+        if decoded is not None:
+            return decoded
+    image = _decode_opencv(payload, checked)
+    return Decoded(image, image.shape[0], image.shape[1])
+
+
+def _decode_opencv(data: bytes, checked: Checked) -> np.ndarray:
+    name = checked.format.upper()
     buffer = np.frombuffer(data, dtype=np.uint8)
     try:
         image = cv2.imdecode(buffer, cv2.IMREAD_COLOR)
@@ -266,10 +420,52 @@ def decode_rgb(data: bytes, limits: ImageLimits) -> np.ndarray:
         raise ImageError(f"corrupt {name}: the decoder rejected the data")
     # Defence in depth: the pixel limit was checked on the header we parsed; the
     # decoder must have read the same size (EXIF orientation may swap the sides).
-    width, height = declared_size(data, image_format)
+    width, height = checked.width, checked.height
     if image.ndim != 3 or image.shape[2] != 3 or sorted(image.shape[:2]) != sorted((height, width)):
         raise ImageError(f"corrupt {name}: decoded {image.shape[1]}x{image.shape[0]} image, header declares {width}x{height}")
     try:
         return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
     except cv2.error:
         raise ImageError(f"corrupt {name}: cannot convert the decoded image") from None
+
+
+def _stored_minimum(checked: Checked, minimum: MinimumSize, transposed: bool) -> tuple[int, int]:
+    """(min_width, min_height) of the stored (not yet oriented) image, never above its size (no upscaling)."""
+    min_width, min_height = (minimum.height, minimum.width) if transposed else (minimum.width, minimum.height)
+    if checked.width <= checked.height:
+        min_width = max(min_width, minimum.shorter_side)
+    else:
+        min_height = max(min_height, minimum.shorter_side)
+    return min(min_width, checked.width), min(min_height, checked.height)
+
+
+def _decode_jpeg(data: bytes, checked: Checked, minimum: MinimumSize) -> Decoded | None:
+    """libjpeg-turbo, strict, at the smallest DCT scale n/8 that keeps ``minimum``; None for CMYK/YCCK (OpenCV decodes those)."""
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except Exception:  # ValueError from libjpeg; anything else must not escape either
+        raise ImageError("corrupt JPEG: the decoder rejected the header") from None
+    if (width, height) != (checked.width, checked.height):
+        raise ImageError(f"corrupt JPEG: the decoder reads {width}x{height}, the header declares {checked.width}x{checked.height}")
+    if colorspace in ("CMYK", "YCCK"):
+        return None
+    orientation = jpeg_orientation(data)
+    transposed = orientation in (5, 6, 7, 8)
+    min_width, min_height = _stored_minimum(checked, minimum, transposed)
+    try:
+        image = simplejpeg.decode_jpeg(
+            data, colorspace="RGB", fastdct=False, fastupsample=False, min_width=min_width, min_height=min_height, strict=True
+        )
+    except Exception as error:  # strict: libjpeg's warnings (corrupt or missing data) are errors
+        reason = str(error).split(":")[-1].strip()[:80] or type(error).__name__
+        raise ImageError(f"corrupt JPEG: the decoder rejected the data ({reason})") from None
+    got_height, got_width = image.shape[:2]
+    if (
+        image.ndim != 3
+        or image.shape[2] != 3
+        or not any((got_width, got_height) == (-(-width * n // 8), -(-height * n // 8)) for n in range(1, 9))
+    ):
+        raise ImageError(f"corrupt JPEG: decoded {got_width}x{got_height} image, header declares {width}x{height}")
+    image = apply_orientation(image, orientation)
+    shown_height, shown_width = (width, height) if transposed else (height, width)
+    return Decoded(np.ascontiguousarray(image), shown_height, shown_width)

@@ -43,7 +43,7 @@ import cv2
 import numpy as np
 
 from . import detection, image_to_tensor, model_config
-from .image_codec import ImageError, ImageLimits, decode_rgb
+from .image_codec import Decoded, ImageError, ImageLimits, MinimumSize, decode, decode_rgb
 
 INTERPOLATIONS = {
     "bicubic": cv2.INTER_CUBIC,
@@ -261,3 +261,31 @@ def decode_payloads(payloads: np.ndarray, limits: ImageLimits) -> list[np.ndarra
             where = f"image {index} of {len(items)}: " if len(items) > 1 else ""
             raise ImageError(f"{where}{error}") from None
     return images
+
+
+def decode_minimum(spec: PreprocessSpec) -> MinimumSize:
+    """The smallest decoded image the spec's resize needs, so that it is still a downscale:
+    ``center_crop``, a shorter side of at least ``resize_shorter_side``; ``stretch`` and
+    ``letterbox``, at least the output's width and height. JPEGs are decoded at the smallest
+    DCT scale that keeps it (:func:`vision_serving.image_codec.decode`)."""
+    if spec.resize == "center_crop":
+        return MinimumSize(shorter_side=spec.resize_shorter_side)
+    return MinimumSize(width=spec.crop_size, height=spec.crop_size)
+
+
+def decode_payloads_reduced(payloads: np.ndarray, limits: ImageLimits, minimum: MinimumSize) -> list[Decoded]:
+    """``decode_payloads`` at the size the resize needs: pixels and each photo's own size."""
+    items = payloads.reshape(-1)
+    decoded = []
+    for index, item in enumerate(items):
+        try:
+            decoded.append(decode(bytes(item), limits, minimum))
+        except ImageError as error:
+            where = f"image {index} of {len(items)}: " if len(items) > 1 else ""
+            raise ImageError(f"{where}{error}") from None
+    return decoded
+
+
+def original_sizes(decoded: Sequence[Decoded]) -> np.ndarray:
+    """[N, 2] int32 (height, width) of the photos themselves (not of a reduced decode)."""
+    return np.array([(item.height, item.width) for item in decoded], dtype=np.int32).reshape(len(decoded), 2)

@@ -30,19 +30,22 @@ class TritonPythonModel:
         self.spec = preprocessing.PreprocessSpec.from_config(config)
         preprocessing.set_threads(model_config.int_parameter(config, "opencv_threads", 0))
         self.limits = preprocessing.limits_from_config(config)
+        # JPEGs are decoded at the smallest DCT scale the resize still downscales from.
+        self.minimum = preprocessing.decode_minimum(self.spec)
         self.input_name = model_config.only_tensor(config, "input").name
         self.pixels_name, self.sizes_name = _outputs(config)
         self.logger = pb_utils.Logger
 
     def _decode(self, request):
         payloads = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
-        return preprocessing.decode_payloads(payloads, self.limits)
+        return preprocessing.decode_payloads_reduced(payloads, self.limits, self.minimum)
 
     def _compute(self, decoded_per_request):
-        images = [image for decoded in decoded_per_request for image in decoded]
+        items = [item for decoded in decoded_per_request for item in decoded]
         counts = [len(decoded) for decoded in decoded_per_request]
-        pixels = split_rows(preprocessing.preprocess_batch(images, self.spec), counts)
-        sizes = split_rows(preprocessing.image_sizes(images), counts)
+        pixels = split_rows(preprocessing.preprocess_batch([item.image for item in items], self.spec), counts)
+        # The photos' own sizes (postprocessing maps results back to them), not the reduced decode's.
+        sizes = split_rows(preprocessing.original_sizes(items), counts)
         return list(zip(pixels, sizes))
 
     def _respond(self, result):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import struct
 
 import cv2
 import numpy as np
@@ -10,13 +11,16 @@ import pytest
 from PIL import Image
 
 from tests.support.images import png_with_declared_size
+from vision_serving import image_codec, preprocessing
 from vision_serving.image_codec import (
     ImageError,
     ImageLimits,
+    MinimumSize,
     declared_size,
     decode_rgb,
     validate,
 )
+from vision_serving.preprocessing import PreprocessSpec
 
 LIMITS = ImageLimits(max_bytes=5_000_000, max_pixels=40_000_000)
 
@@ -124,3 +128,155 @@ def test_declared_size_matches_real_images(rgb):
     assert declared_size(encode(rgb, "PNG"), "png") == (64, 48)
     assert declared_size(encode(rgb, "JPEG"), "jpeg") == (64, 48)
     assert declared_size(encode(rgb, "JPEG", progressive=True), "jpeg") == (64, 48)
+
+
+# --------------------------------------------------------------------------- reduced JPEG decoding, EXIF, trailing data, WebP
+
+WIDE_LIMITS = ImageLimits(max_bytes=50_000_000, max_pixels=50_000_000, accepted_formats=("jpeg", "png", "webp"))
+
+
+def smooth_photo(width: int, height: int, seed: int = 0) -> np.ndarray:
+    """A photo-like RGB image (smooth random colour fields), so JPEG and resizing behave as on photos."""
+    rng = np.random.default_rng(seed)
+    small = rng.integers(0, 256, size=(max(height // 50, 2), max(width // 50, 2), 3), dtype=np.uint8)
+    return cv2.resize(small, (width, height), interpolation=cv2.INTER_CUBIC)
+
+
+def opencv_reference(data: bytes) -> np.ndarray:
+    """The previous decoder (OpenCV, EXIF orientation applied), RGB."""
+    return cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+
+@pytest.fixture(scope="module")
+def jpeg_12mp() -> bytes:
+    ok, encoded = cv2.imencode(".jpg", smooth_photo(4000, 3000), [cv2.IMWRITE_JPEG_QUALITY, 90])
+    assert ok
+    return encoded.tobytes()
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientations_match_opencv(orientation):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = encode(smooth_photo(120, 80), "JPEG", quality=90, exif=exif.tobytes())
+    reference = opencv_reference(data)
+    assert image_codec.jpeg_orientation(data) == orientation
+    assert np.array_equal(decode_rgb(data, LIMITS), reference)
+    # The minimum is for the image as displayed: a rotated photo's stored sides are swapped before scaling.
+    decoded = image_codec.decode(data, LIMITS, MinimumSize(width=60, height=20))
+    assert (decoded.height, decoded.width) == reference.shape[:2]
+    height, width = decoded.image.shape[:2]
+    assert width >= 60 and height >= 20 and height < reference.shape[0]
+    assert (width, height) == ((60, 40) if orientation < 5 else (60, 90))
+
+
+def test_full_decode_equals_opencv_for_color_and_gray(rgb):
+    for data in (encode(rgb, "JPEG", quality=90), encode(rgb[..., 0], "JPEG"), encode(rgb, "JPEG", progressive=True)):
+        assert np.array_equal(decode_rgb(data, LIMITS), opencv_reference(data))
+
+
+def test_12mp_jpeg_decodes_reduced_but_never_below_the_minimum(jpeg_12mp):
+    full = image_codec.decode(jpeg_12mp, WIDE_LIMITS)
+    assert full.image.shape == (3000, 4000, 3)
+    for minimum, shape in [
+        (MinimumSize(shorter_side=256), (375, 500, 3)),  # 1/8: shorter side 375 >= 256
+        (MinimumSize(shorter_side=400), (750, 1000, 3)),  # 1/8 would give 375 < 400
+        (MinimumSize(width=256, height=256), (375, 500, 3)),
+        (MinimumSize(width=600, height=256), (750, 1000, 3)),  # 2/8: 4000 * 1/8 = 500 < 600
+        (MinimumSize(width=5000, height=5000), (3000, 4000, 3)),  # never upscaled
+    ]:
+        decoded = image_codec.decode(jpeg_12mp, WIDE_LIMITS, minimum)
+        assert (decoded.height, decoded.width) == (3000, 4000)
+        height, width = decoded.image.shape[:2]
+        assert height >= min(minimum.height, 3000) and width >= min(minimum.width, 4000) and min(height, width) >= minimum.shorter_side
+        assert decoded.image.shape == shape
+
+
+@pytest.mark.parametrize(
+    "resize, size, interpolation", [("center_crop", 224, "bicubic"), ("stretch", 256, "bilinear"), ("letterbox", 128, "bilinear")]
+)
+def test_reduced_decode_then_resize_stays_close_to_full_decode(jpeg_12mp, resize, size, interpolation):
+    """The model's uint8 input from a 12 MP JPEG decoded at 1/8, against full decodes.
+
+    Measured (mean |diff| of 255): center_crop 0.99 against the full decode. stretch/letterbox:
+    0.33/0.25 against the full decode area-downscaled to the same size, but 8.4/6.3 against the
+    full decode itself: MediaPipe's corner-aligned warp point-samples the 12 MP image and its
+    corner convention is not scale-invariant (a shift of (8-1)/2 = 3.5 original pixels at 1/8).
+    """
+    spec = PreprocessSpec(
+        crop_size=size,
+        resize_shorter_side=256 if resize == "center_crop" else size,
+        interpolation=interpolation,
+        mean=(0.0, 0.0, 0.0),
+        std=(1.0, 1.0, 1.0),
+        resize=resize,
+    )
+    reduced = image_codec.decode(jpeg_12mp, WIDE_LIMITS, preprocessing.decode_minimum(spec)).image
+    assert reduced.shape == (375, 500, 3)
+    full = decode_rgb(jpeg_12mp, WIDE_LIMITS)
+    if resize != "center_crop":
+        full = cv2.resize(full, (500, 375), interpolation=cv2.INTER_AREA)
+    reference = preprocessing.resize_and_crop(full, spec).astype(np.float64)
+    assert np.abs(reference - preprocessing.resize_and_crop(reduced, spec)).mean() < (1.5 if resize == "center_crop" else 0.6)
+
+
+def test_decode_minimum_from_the_spec():
+    crop = PreprocessSpec(224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    assert preprocessing.decode_minimum(crop) == MinimumSize(shorter_side=256)
+    stretch = PreprocessSpec(256, 256, "bilinear", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), layout="NHWC", resize="stretch")
+    assert preprocessing.decode_minimum(stretch) == MinimumSize(width=256, height=256)
+
+
+def test_original_sizes_are_the_photos_not_the_reduced_decode(jpeg_12mp):
+    decoded = preprocessing.decode_payloads_reduced(np.array([[jpeg_12mp]], dtype=np.object_), WIDE_LIMITS, MinimumSize(shorter_side=256))
+    assert decoded[0].image.shape[:2] == (375, 500)
+    assert preprocessing.original_sizes(decoded).tolist() == [[3000, 4000]]
+
+
+def test_jpeg_with_appended_data_is_accepted(rgb):
+    """A motion photo: an MP4 after the JPEG's end-of-image marker (and no marker near the end)."""
+    data = encode(rgb, "JPEG", quality=90)
+    video = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 64
+    assert np.array_equal(decode_rgb(data + video, LIMITS), decode_rgb(data, LIMITS))
+    assert image_codec.check(data + video, LIMITS).end == len(data)
+
+
+def test_truncated_jpeg_with_appended_data_is_still_refused(rgb):
+    data = encode(rgb, "JPEG", quality=90)
+    with pytest.raises(ImageError, match=r"truncated JPEG|corrupt JPEG"):
+        decode_rgb(data[: len(data) // 2] + bytes(5000), LIMITS)
+    with pytest.raises(ImageError, match="corrupt JPEG"):  # cut inside the scan, an EOI appended: strict decoding refuses it
+        decode_rgb(data[: len(data) // 2] + b"\xff\xd9", LIMITS)
+
+
+def test_corrupt_entropy_data_is_refused(rgb):
+    data = bytearray(encode(smooth_photo(256, 256), "JPEG", quality=90))
+    scan = data.index(b"\xff\xda")
+    data[scan + 200 : scan + 260] = bytes(range(60))
+    with pytest.raises(ImageError, match="corrupt JPEG"):
+        decode_rgb(bytes(data), LIMITS)
+
+
+def test_webp_lossy_lossless_and_limits():
+    image = smooth_photo(64, 48)
+    for quality in (80, 101):  # 101: lossless (VP8L)
+        _, encoded = cv2.imencode(".webp", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_WEBP_QUALITY, quality])
+        data = encoded.tobytes()
+        assert declared_size(data, "webp") == (64, 48)
+        decoded = decode_rgb(data, WIDE_LIMITS)
+        assert decoded.shape == (48, 64, 3) and np.abs(decoded.astype(int) - image).mean() < 8
+        assert quality != 101 or np.array_equal(decoded, image)
+        with pytest.raises(ImageError, match="over the limit of 1000 pixels"):
+            validate(data, ImageLimits(max_bytes=10**6, max_pixels=1000, accepted_formats=("webp",)))
+        with pytest.raises(ImageError, match="truncated WEBP"):
+            validate(data[: len(data) // 2], WIDE_LIMITS)
+    with pytest.raises(ImageError, match="WEBP is not accepted"):
+        validate(data, LIMITS)
+
+
+def test_extended_webp_header_and_animation():
+    header = b"RIFF" + struct.pack("<I", 30) + b"WEBPVP8X" + struct.pack("<I", 10)
+    still = header + bytes([0, 0, 0, 0]) + (639).to_bytes(3, "little") + (479).to_bytes(3, "little")
+    assert declared_size(still, "webp") == (640, 480)
+    with pytest.raises(ImageError, match="animated WebP"):
+        declared_size(header + bytes([0x02, 0, 0, 0]) + bytes(6), "webp")
