@@ -11,7 +11,11 @@ with the task's own metric:
 - classification: top-1 agreement, top-5 overlap and logit cosine (``[gate]
   min_top1 / min_top5 / min_cosine``);
 - segmentation: mean over images of the person/background IoU of the masks at
-  the photo's own size, thresholded as served (``[gate] min_mean_iou``).
+  the photo's own size, thresholded as served (``[gate] min_mean_iou``);
+- detection: the faces both models find through the served postprocessing
+  (boxes in pixels of the photo), matched one to one by box IoU >= 0.5:
+  agreement ``2 * matched / (FP32 faces + candidate faces)`` and the mean IoU
+  of the matched boxes (``[gate] min_detection_agreement / min_matched_iou``).
 
 INT8 runs on onnxruntime with graph optimizations disabled (Q -> DQ -> float
 ops, close to TensorRT's INT8; onnxruntime's fused CPU int8 kernels are wrong
@@ -34,19 +38,26 @@ import numpy as np
 from builders import BuildError, Log, stderr_logger
 from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, sha256_file
-from vision_serving import model_config, segmentation
+from vision_serving import detection, model_config, segmentation
 from vision_serving.layout import Pipeline
 
 log_to_stderr = stderr_logger("select-precision")
 AUGMENTED_PER_PHOTO = 24
 
 
-def _run(path: Path, batch: np.ndarray, graph_optimization: str, chunk: int = 8) -> np.ndarray:
+# A model's outputs on the held-out batch, in the ONNX's output order.
+Outputs = list[np.ndarray]
+# Faces count as the same face when their boxes overlap this much (the detection gate's matching).
+MATCH_IOU = 0.5
+
+
+def _run(path: Path, batch: np.ndarray, graph_optimization: str, chunk: int = 8) -> Outputs:
     from vision_serving.onnx_core import create_session
 
     session = create_session(path, graph_optimization)
     name = session.get_inputs()[0].name
-    return np.concatenate([session.run(None, {name: batch[i : i + chunk]})[0] for i in range(0, len(batch), chunk)])
+    parts = [session.run(None, {name: batch[i : i + chunk]}) for i in range(0, len(batch), chunk)]
+    return [np.concatenate([part[k] for part in parts]) for k in range(len(parts[0]))]
 
 
 class HeldOut:
@@ -65,10 +76,10 @@ class HeldOut:
         self.photos = [s.source for s in self.samples]
 
 
-def classification_metrics(recipe: recipes.Recipe, reference: np.ndarray, candidate: np.ndarray, _: HeldOut) -> dict[str, Any]:
+def classification_metrics(recipe: recipes.Recipe, reference: Outputs, candidate: Outputs, _: HeldOut) -> dict[str, Any]:
     from builders import evaluate
 
-    metrics = evaluate.compare_logits(reference, candidate)
+    metrics = evaluate.compare_logits(reference[0], candidate[0])
     gate = recipe.gate
     checks = {
         "top1_agreement": (metrics["top1_agreement"], gate.min_top1),
@@ -90,10 +101,10 @@ def mask_spec(pipeline: Pipeline) -> segmentation.MaskSpec:
     return segmentation.MaskSpec("threshold", float(model_config.parameter(config, "threshold")))
 
 
-def segmentation_metrics(recipe: recipes.Recipe, reference: np.ndarray, candidate: np.ndarray, held_out: HeldOut) -> dict[str, Any]:
+def segmentation_metrics(recipe: recipes.Recipe, reference: Outputs, candidate: Outputs, held_out: HeldOut) -> dict[str, Any]:
     spec = mask_spec(recipe.pipeline)
-    first = segmentation_masks(reference, held_out.sizes, spec)
-    second = segmentation_masks(candidate, held_out.sizes, spec)
+    first = segmentation_masks(reference[0], held_out.sizes, spec)
+    second = segmentation_masks(candidate[0], held_out.sizes, spec)
     mean_iou = segmentation.mean_iou(first, second)
     person_iou = [segmentation.iou(a, b) for a, b in zip(first, second)]
     metrics = {
@@ -101,7 +112,7 @@ def segmentation_metrics(recipe: recipes.Recipe, reference: np.ndarray, candidat
         "mean_iou": mean_iou,
         "person_iou_min": float(np.min(person_iou)),
         "person_iou_mean": float(np.mean(person_iou)),
-        "max_abs_probability_diff": float(np.abs(reference - candidate).max()),
+        "max_abs_probability_diff": float(np.abs(reference[0] - candidate[0]).max()),
     }
     return {
         "metrics": metrics,
@@ -109,9 +120,57 @@ def segmentation_metrics(recipe: recipes.Recipe, reference: np.ndarray, candidat
     }
 
 
-TASK_METRICS: dict[str, Callable[[recipes.Recipe, np.ndarray, np.ndarray, HeldOut], dict[str, Any]]] = {
+def served_detections(pipeline: Pipeline, outputs: Outputs, sizes: np.ndarray) -> detection.Detections:
+    """Raw detector outputs -> faces in pixels of each image, as the served postprocess model finds them."""
+    spec = detection.DetectorSpec.from_config(model_config.load_config(pipeline.model_dir("postprocess")))
+    by_width = {int(output.shape[-1]): output for output in outputs}
+    raw_boxes, raw_scores = by_width[spec.decode.num_coords], by_width[spec.num_classes]
+    return detection.detect(raw_boxes, raw_scores, sizes, spec, anchors=detection.ssd_anchors(spec.decode.anchors))
+
+
+def detection_metrics(recipe: recipes.Recipe, reference: Outputs, candidate: Outputs, held_out: HeldOut) -> dict[str, Any]:
+    first = served_detections(recipe.pipeline, reference, held_out.sizes)
+    second = served_detections(recipe.pipeline, candidate, held_out.sizes)
+    ious: list[float] = []
+    keypoint_errors: list[float] = []
+    score_errors: list[float] = []
+    same_count = 0
+    for index in range(len(first)):
+        boxes, keypoints, scores = first.image(index)
+        other_boxes, other_keypoints, other_scores = second.image(index)
+        same_count += len(boxes) == len(other_boxes)
+        for i, j, iou in detection.match_boxes(boxes, other_boxes, MATCH_IOU):
+            ious.append(iou)
+            face = max(float(boxes[i, 2] - boxes[i, 0]), 1e-6)
+            keypoint_errors.append(float(np.linalg.norm(keypoints[i] - other_keypoints[j], axis=-1).max()) / face)
+            score_errors.append(abs(float(scores[i] - other_scores[j])))
+    found = int(first.counts.sum()) + int(second.counts.sum())
+    agreement = 2.0 * len(ious) / found if found else 1.0
+    matched_iou = float(np.mean(ious)) if ious else 1.0
+    metrics = {
+        "images": len(first),
+        "faces_fp32": int(first.counts.sum()),
+        "faces_candidate": int(second.counts.sum()),
+        "matched": len(ious),
+        "detection_agreement": agreement,
+        "images_with_the_same_count": same_count / len(first),
+        "matched_iou_mean": matched_iou,
+        "matched_iou_min": float(np.min(ious)) if ious else 1.0,
+        "keypoint_error_max_of_face_width": float(np.max(keypoint_errors)) if keypoint_errors else 0.0,
+        "score_abs_diff_max": float(np.max(score_errors)) if score_errors else 0.0,
+    }
+    gate = recipe.gate
+    checks = {
+        "detection_agreement": (agreement, gate.min_detection_agreement),
+        "matched_iou_mean": (matched_iou, gate.min_matched_iou),
+    }
+    return {"metrics": metrics, "checks": {k: {"value": v, "min": m, "pass": v >= m} for k, (v, m) in checks.items()}}
+
+
+TASK_METRICS: dict[str, Callable[[recipes.Recipe, Outputs, Outputs, HeldOut], dict[str, Any]]] = {
     "classification": classification_metrics,
     "segmentation": segmentation_metrics,
+    "detection": detection_metrics,
 }
 
 

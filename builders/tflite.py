@@ -136,10 +136,34 @@ def convert_to_onnx(tflite: Path, output: Path, opset: int, log: Log = _quiet) -
         )
         if not temporary.is_file():
             raise BuildError(f"tf2onnx wrote nothing for {tflite.name}")
+        dropped = drop_unused_opset_imports(temporary)
+        if dropped:
+            log(f"dropped the opset import(s) no node uses: {', '.join(dropped)}")
         temporary.replace(output)
     finally:
         temporary.unlink(missing_ok=True)
     log(f"converted {tflite.name} -> {output} (opset {opset})")
+
+
+def drop_unused_opset_imports(path: Path) -> list[str]:
+    """Remove the opset imports of non-default domains that no node of ``path`` uses; returns them.
+
+    tf2onnx declares ``ai.onnx.ml`` in every model it writes, whether or not an
+    ONNX-ML op is in it; the INT8 rules (builders/qdq_rules.py) refuse a graph
+    that imports a domain other than the default one.
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    used = {node.domain for node in model.graph.node} | {node.domain for function in model.functions for node in function.node}
+    unused = [entry for entry in model.opset_import if entry.domain not in ("", "ai.onnx") and entry.domain not in used]
+    if not unused:
+        return []
+    kept = [entry for entry in model.opset_import if entry not in unused]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
+    onnx.save(model, str(path))
+    return [f"{entry.domain} {entry.version}" for entry in unused]
 
 
 def parse_transpose_conv_options(options: bytes) -> tuple[Padding, int, int]:
