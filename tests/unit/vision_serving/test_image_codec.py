@@ -211,7 +211,8 @@ def test_reduced_decode_then_resize_stays_close_to_full_decode(jpeg_12mp, resize
         std=(1.0, 1.0, 1.0),
         resize=resize,
     )
-    reduced = image_codec.decode(jpeg_12mp, WIDE_LIMITS, preprocessing.decode_minimum(spec)).image
+    minimum = preprocessing.decode_minimum(spec) or MinimumSize(width=size, height=size)  # stretch/letterbox: served at full size
+    reduced = image_codec.decode(jpeg_12mp, WIDE_LIMITS, minimum).image
     assert reduced.shape == (375, 500, 3)
     full = decode_rgb(jpeg_12mp, WIDE_LIMITS)
     if resize != "center_crop":
@@ -224,7 +225,7 @@ def test_decode_minimum_from_the_spec():
     crop = PreprocessSpec(224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
     assert preprocessing.decode_minimum(crop) == MinimumSize(shorter_side=256)
     stretch = PreprocessSpec(256, 256, "bilinear", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), layout="NHWC", resize="stretch")
-    assert preprocessing.decode_minimum(stretch) == MinimumSize(width=256, height=256)
+    assert preprocessing.decode_minimum(stretch) is None  # MediaPipe's warp: full decode (see decode_minimum)
 
 
 def test_original_sizes_are_the_photos_not_the_reduced_decode(jpeg_12mp):
