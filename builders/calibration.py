@@ -14,7 +14,7 @@ photos, applied to the decoded image *before* the served preprocessing:
 random crops and scales, flips, small rotations, brightness / contrast /
 colour jitter, blur and noise, then a JPEG (or PNG) re-encode at a varied
 quality, so every sample goes through the served decoder
-(``vision_serving.image_codec.decode_rgb``) and the served resize / crop /
+(``vision_serving.image_codec.decode``, at the size the served preprocessing decodes) and the served resize / crop /
 normalize (``vision_serving.preprocessing.preprocess_batch``) with the spec and
 limits read from ``preprocess/config.pbtxt``. Calibration and evaluation use
 different transform profiles and seeds. Sample ``i`` depends only on
@@ -356,7 +356,8 @@ def preprocess_samples(
     for start in range(0, len(samples), chunk):
         part = samples[start : start + chunk]
         try:
-            images = [image_codec.decode_rgb(sample.data, limits) for sample in part]
+            minimum = preprocessing.decode_minimum(spec)  # the served decode: reduced where serving reduces
+            images = [image_codec.decode(sample.data, limits, minimum).image for sample in part]
         except image_codec.ImageError as error:
             raise CalibrationError(f"an augmented image was rejected by the served decoder: {error}") from None
         batch[start : start + len(part)] = preprocessing.preprocess_batch(images, spec)

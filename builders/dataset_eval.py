@@ -113,13 +113,13 @@ def evaluate_dataset(repository: Path | str, directory: Path, log: Log = log_to_
         raise BuildError(f"{pipeline.name}: evaluate --dataset does not support the task {recipe.task!r} yet")
     if not samples:
         raise BuildError(f"--dataset {directory}: no labelled images found (see `python -m builders evaluate --help`)")
-    images = []
+    decoded = []
     for sample in samples:
         try:
-            images.append(image_codec.decode_rgb(sample.path.read_bytes(), limits))
+            decoded.append(image_codec.decode(sample.path.read_bytes(), limits, preprocessing.decode_minimum(spec)))
         except image_codec.ImageError as error:
             raise BuildError(f"{sample.path}: {error}") from None
-    batch = preprocessing.preprocess_batch(images, spec)
+    batch = preprocessing.preprocess_batch([d.image for d in decoded], spec)
     served_precision, served_path = _served(pipeline)
     runs = {"fp32": (pipeline.onnx("fp32"), "all")}
     if served_precision != "fp32":
@@ -138,8 +138,8 @@ def evaluate_dataset(repository: Path | str, directory: Path, log: Log = log_to_
         else:
             mask_spec = segmentation.MaskSpec("threshold", float(model_config.parameter(postprocess, "threshold")))
             predicted = [
-                segmentation.mask_from_probabilities(segmentation.upsample(p, *image.shape[:2]), mask_spec)[0]
-                for p, image in zip(outputs, images)
+                segmentation.mask_from_probabilities(segmentation.upsample(p, d.height, d.width), mask_spec)[0]
+                for p, d in zip(outputs, decoded)
             ]
             truth = [s.target for s in samples]
             for mask, target, sample in zip(predicted, truth, samples):

@@ -213,17 +213,23 @@ def test_reduced_decode_then_resize_stays_close_to_full_decode(jpeg_12mp, resize
     )
     minimum = preprocessing.decode_minimum(spec) or MinimumSize(width=size, height=size)  # stretch/letterbox: served at full size
     reduced = image_codec.decode(jpeg_12mp, WIDE_LIMITS, minimum).image
-    assert reduced.shape == (375, 500, 3)
+    # center_crop keeps the shorter side >= 2 x 256 (1/4 scale); a square target of `size` allows 1/8.
+    expected = (750, 1000) if resize == "center_crop" else (375, 500)
+    assert reduced.shape == (*expected, 3)
     full = decode_rgb(jpeg_12mp, WIDE_LIMITS)
     if resize != "center_crop":
-        full = cv2.resize(full, (500, 375), interpolation=cv2.INTER_AREA)
+        full = cv2.resize(full, expected[::-1], interpolation=cv2.INTER_AREA)
     reference = preprocessing.resize_and_crop(full, spec).astype(np.float64)
     assert np.abs(reference - preprocessing.resize_and_crop(reduced, spec)).mean() < (1.5 if resize == "center_crop" else 0.6)
 
 
 def test_decode_minimum_from_the_spec():
     crop = PreprocessSpec(224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
-    assert preprocessing.decode_minimum(crop) == MinimumSize(shorter_side=256)
+    assert preprocessing.decode_minimum(crop) == MinimumSize(shorter_side=512)  # decode_oversampling 2 (the default)
+    exact = PreprocessSpec(224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), decode_oversampling=1.0)
+    assert preprocessing.decode_minimum(exact) == MinimumSize(shorter_side=256)
+    off = PreprocessSpec(224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), decode_oversampling=0.0)
+    assert preprocessing.decode_minimum(off) is None
     stretch = PreprocessSpec(256, 256, "bilinear", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), layout="NHWC", resize="stretch")
     assert preprocessing.decode_minimum(stretch) is None  # MediaPipe's warp: full decode (see decode_minimum)
 
