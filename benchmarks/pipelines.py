@@ -37,7 +37,7 @@ from benchmarks import images
 from builders import recipe as recipes
 from devtools import loadgen
 from devtools.triton_server import LocalTritonServer
-from vision_serving import classification, image_codec, layout, model_config, preprocessing, segmentation
+from vision_serving import classification, detection, image_codec, layout, model_config, preprocessing, segmentation
 from vision_serving.onnx_core import OnnxCore
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -66,6 +66,9 @@ class InProcess:
             self.mask_spec = segmentation.MaskSpec(
                 model_config.parameter(postprocess, "mask_mode"), float(model_config.parameter(postprocess, "threshold"))
             )
+        elif self.task == "detection":
+            self.detector = detection.DetectorSpec.from_config(postprocess)
+            self.anchors = detection.ssd_anchors(self.detector.decode.anchors)
         else:
             raise ValueError(f"no in-process postprocessing for task {self.task!r}")
 
@@ -75,6 +78,10 @@ class InProcess:
         outputs = self.core.run({self.core.input_names[0]: batch})
         if self.task == "classification":
             classification.top_k(outputs[0], [self.top_k] * len(decoded), self.labels)
+        elif self.task == "detection":
+            by_width = {int(output.shape[-1]): output for output in outputs}  # regressors, logits: by their last dim
+            raw_boxes, raw_scores = by_width[self.detector.decode.num_coords], by_width[self.detector.num_classes]
+            detection.detect(raw_boxes, raw_scores, preprocessing.image_sizes(decoded), self.detector, anchors=self.anchors)
         else:
             segmentation.masks(outputs[0], preprocessing.image_sizes(decoded), self.mask_spec)
         return len(decoded)

@@ -20,6 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from builders import recipe as recipes
 from builders import references
 from tests.support import faces
 from vision_serving import detection, image_codec, layout, segmentation
@@ -223,3 +224,11 @@ def test_detect_client_prints_boxes_and_draws_them(triton_server, photos, tmp_pa
     (found,) = results["astronaut.png"]["faces"]
     assert set(found["keypoints"]) == set(detection.KEYPOINT_NAMES) and found["score"] > 0.6
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["astronaut.faces.jpg", "coffee.faces.jpg"]
+
+
+def test_golden_photos_of_the_recipe(triton_server, photos):
+    """pipeline.toml [golden]: photo -> the number of faces the served pipeline finds."""
+    golden = recipes.load(layout.pipeline(MODEL)).golden
+    assert golden, "the recipe names golden photos"
+    out = detect(triton_server, [photos[name] for name in golden])
+    assert out["COUNT"][:, 0].tolist() == list(golden.values())
