@@ -15,7 +15,8 @@ from vision_serving import consistency, layout
 CLASSIFIER = layout.pipeline("image_classifier")
 SEGMENTER = layout.pipeline("person_segmenter")
 DETECTOR = layout.pipeline("face_detector")
-IGNORED = shutil.ignore_patterns("*.onnx", "*.onnx.json", "*.plan", "*.plan.json", "__pycache__")
+# Built artifacts, never part of a copy (served_precision.json names an ONNX that is not copied).
+IGNORED = shutil.ignore_patterns("*.onnx", "*.onnx.json", "*.plan", "*.plan.json", "served_precision.json", "__pycache__")
 
 
 def copy_pipeline(source: layout.Pipeline, root: Path) -> layout.Pipeline:
