@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             f"metrics localhost:{server.metrics_port}/metrics\n"
             f"serve: pipelines: {', '.join(p.name for p in layout.pipelines(server.model_repository))}\n"
             f"serve: try  ./scripts/classify {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}   or   "
-            f"./scripts/segment {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}/astronaut.png   (Ctrl-C stops the server)",
+            f"./scripts/segment {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}/astronaut.png   or   "
+            f"./scripts/detect {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}   (Ctrl-C stops the server)",
             file=sys.stderr,
             flush=True,
         )

@@ -133,7 +133,6 @@ def payload_corpus(photo_bytes: dict[str, bytes], limits) -> dict[str, tuple[byt
         "file_path": (b"/etc/passwd", Expect(invalid, "unrecognized image format")),
         "gif": (encode(coffee, "GIF"), Expect(invalid, "looks like GIF, which is not accepted")),
         "bmp": (encode(coffee, "BMP"), Expect(invalid, "looks like BMP, which is not accepted")),
-        "webp": (encode(coffee, "WEBP"), Expect(invalid, "looks like WebP, which is not accepted")),
         "tiff": (encode(coffee, "TIFF"), Expect(invalid, "looks like TIFF, which is not accepted")),
         "oversized": (
             jpeg + bytes(limits.max_bytes + 1 - len(jpeg)),
@@ -180,6 +179,8 @@ def payload_corpus(photo_bytes: dict[str, bytes], limits) -> dict[str, tuple[byt
         "jpeg_1x1": (encode(coffee[:1, :1], "JPEG"), Expect("OK")),
         "png_4000x3": (encode(cv2.resize(coffee, (4000, 3)), "PNG"), Expect("OK")),
         "jpeg_3x4000": (encode(cv2.resize(coffee, (3, 4000)), "JPEG"), Expect("OK")),
+        "webp": (encode(coffee, "WEBP", quality=90), Expect("OK", labels=espresso)),
+        "jpeg_with_trailing_video": (jpeg + b"\x00\x00\x00\x18ftypmp42" + rng.bytes(20000), Expect("OK", labels=espresso)),
     }
 
 
@@ -189,13 +190,13 @@ def corpus(photo_bytes, limits):
 
 
 PAYLOAD_KINDS = [
-    "empty", "random_bytes", "text", "file_path", "gif", "bmp", "webp", "tiff", "oversized",
+    "empty", "random_bytes", "text", "file_path", "gif", "bmp", "tiff", "oversized",
     "png_100000x100000", "png_just_over_pixel_limit", "jpeg_65000x65000", "png_zero_width", "png_side_over_limit", "png_without_ihdr",
     "truncated_jpeg", "truncated_png", "jpeg_header_only", "jpeg_broken_marker", "jpeg_scan_before_frame",
     "jpeg_scan_bomb", "jpeg_corrupt_huffman_table", "jpeg_corrupt_quant_table", "jpeg_zero_components",
     "png_corrupt_pixel_data",
     "png_16bit_rgb", "png_16bit_gray", "jpeg_cmyk", "jpeg_progressive", "jpeg_grayscale", "png_rgba",
-    "png_palette", "png_1x1", "jpeg_1x1", "png_4000x3", "jpeg_3x4000",
+    "png_palette", "png_1x1", "jpeg_1x1", "png_4000x3", "jpeg_3x4000", "webp", "jpeg_with_trailing_video",
 ]  # fmt: skip
 
 
