@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import CLASSIFIER
-from vision_serving import classification, layout, model_config, preprocessing
+from vision_serving import classification, core_model, layout, model_config, preprocessing
 from vision_serving.onnx_core import OnnxCore
 
 CORE_CONFIG_NAME = "cpu"
@@ -43,14 +43,17 @@ class Pipeline:
         # The served thread settings: OpenCV's pool as the preprocess model sets it.
         opencv_threads = 0 if library_defaults else model_config.int_parameter(preprocess_config, "opencv_threads", 0)
         preprocessing.set_threads(opencv_threads)
-        core_config = model_config.load_config(served.core_dir, core_config_name)
-        self.core = OnnxCore(core_config, served.core_version_dir)
-        (self.core_input,) = self.core.input_names
-        if library_defaults:
+        if library_defaults:  # the naive baseline: onnxruntime with its default session options
+            core_config = model_config.load_config(served.core_dir, "cpu_onnxruntime")
+            onnx_core = OnnxCore(core_config, served.core_version_dir)
             import onnxruntime
 
-            onnx_path = served.core_file(model_config.parameter(core_config, "onnx_file"))
-            self.core.session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+            onnx_path = core_model.onnx_path(core_config, served.core_version_dir)
+            onnx_core.session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+            self.core: core_model.Core = onnx_core
+        else:  # the served core: its runtime and precision, as the cpu config names them
+            self.core = core_model.load(model_config.load_config(served.core_dir, core_config_name), served.core_version_dir)
+        (self.core_input,) = self.core.input_names
         postprocess_config = model_config.load_config(served.model_dir("postprocess"))
         logits = model_config.tensors_by_role(postprocess_config).required_input("FP32")
         num_classes = int(model_config.tensor(postprocess_config, logits, "input").dims[-1])

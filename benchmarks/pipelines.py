@@ -37,8 +37,7 @@ from benchmarks import images
 from builders import recipe as recipes
 from devtools import loadgen
 from devtools.triton_server import LocalTritonServer
-from vision_serving import classification, detection, image_codec, layout, model_config, preprocessing, segmentation
-from vision_serving.onnx_core import OnnxCore
+from vision_serving import classification, core_model, detection, image_codec, layout, model_config, preprocessing, segmentation
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BATCH = 8
@@ -53,7 +52,7 @@ class InProcess:
         self.spec = preprocessing.PreprocessSpec.from_config(preprocess)
         self.limits = preprocessing.limits_from_config(preprocess)
         preprocessing.set_threads(model_config.int_parameter(preprocess, "opencv_threads", 0))
-        self.core = OnnxCore(model_config.load_config(pipeline.core_dir, "cpu"), pipeline.core_version_dir)
+        self.core = core_model.load(model_config.load_config(pipeline.core_dir, "cpu"), pipeline.core_version_dir)  # as served
         postprocess = model_config.load_config(pipeline.model_dir("postprocess"))
         if self.task == "classification":
             logits = model_config.tensors_by_role(postprocess).required_input("FP32")

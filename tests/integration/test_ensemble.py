@@ -10,9 +10,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from vision_serving import classification, model_config, preprocessing
+from vision_serving import classification, core_model, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
-from vision_serving.onnx_core import OnnxCore
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +65,7 @@ def test_served_equals_in_process_pipeline(triton_server, built_repository, phot
         [decode_rgb(photo_bytes[n], limits) for n in names], preprocessing.PreprocessSpec.from_config(preprocess_config)
     )
     core_config = model_config.load_config(built_repository / "image_classifier" / "image_classifier_core", "cpu")
-    core = OnnxCore(core_config, built_repository / "image_classifier" / "image_classifier_core" / "1")
+    core = core_model.load(core_config, built_repository / "image_classifier" / "image_classifier_core" / "1")  # as served
     (logits,) = core.run({core.input_names[0]: batch})
     expected = classification.top_k(
         logits,

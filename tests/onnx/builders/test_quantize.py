@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from builders import calibration, cli, recipe
+from builders import arguments, calibration, cli, recipe
 from builders import quantize as q
 from tests.support.pipelines import REDUCED_GATE, TEST_SAMPLES, built_classifier, int8_test_repository
 from vision_serving import layout
@@ -285,11 +285,11 @@ def test_recipe_options_overrides_win_unless_none():
 
 def test_cli_options_default_to_the_recipe():
     args = cli.build_parser().parse_args(["quantize", "--pipeline", SEGMENTER.name])
-    cli._resolve_pipeline(args)
+    arguments.resolve_pipeline(args)
     assert args.repository == SEGMENTER.repository
     assert q.options_from_args(args) == q.recipe_options(SEGMENTER.repository)
     args = cli.build_parser().parse_args(["quantize", "--pipeline", SEGMENTER.name, "--samples", "16", "--exclude", "none"])
-    cli._resolve_pipeline(args)
+    arguments.resolve_pipeline(args)
     assert q.options_from_args(args) == q.recipe_options(SEGMENTER.repository, samples=16, exclude=())
 
 

@@ -41,7 +41,7 @@ def renamed_model(path, input_name: str, output_name: str) -> None:
 
 @pytest.fixture(scope="module")
 def cpu_config() -> model_config.ModelConfig:
-    return model_config.load_config(CLASSIFIER.core_dir, "cpu")
+    return model_config.load_config(CLASSIFIER.core_dir, "cpu_onnxruntime")
 
 
 def test_wrong_output_shape_fails_at_load(tmp_path, cpu_config):
