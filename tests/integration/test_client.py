@@ -10,8 +10,9 @@ import pytest
 
 from devtools import client as classify
 from devtools.loadgen import free_port
+from vision_serving import layout
 
-REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+REPOSITORY_ROOT = layout.REPOSITORY_ROOT
 CAT_LABELS = {"tiger cat", "Egyptian cat", "tabby"}
 
 pytestmark = pytest.mark.integration

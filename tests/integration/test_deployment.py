@@ -45,7 +45,7 @@ from devtools.loadgen import free_port
 from devtools.triton_server import LocalTritonServer
 from vision_serving import layout
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = layout.REPOSITORY_ROOT
 K8S = ROOT / "k8s"
 DOCKER = ROOT / "docker"
 DOCKERFILES = {"server": DOCKER / "server.Dockerfile", "builder": DOCKER / "builder.Dockerfile"}

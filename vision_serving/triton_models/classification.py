@@ -13,11 +13,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .. import classification, model_config
-from .batching import run_requests
-from .errors import triton_error
+from .base import BatchedModel
 
 
-class TritonPythonModel:
+class TritonPythonModel(BatchedModel):
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
         roles = model_config.tensors_by_role(config)
@@ -60,13 +59,4 @@ class TritonPythonModel:
                 pb_utils.Tensor(self.scores_name, np.stack([row.scores for row in rows])),
                 pb_utils.Tensor(self.ids_name, np.stack([row.class_ids for row in rows])),
             ]
-        )
-
-    def execute(self, requests):
-        return run_requests(
-            requests,
-            self._parse,
-            self._compute,
-            self._respond,
-            lambda error: pb_utils.InferenceResponse(error=triton_error(pb_utils, error)),
         )

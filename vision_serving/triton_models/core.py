@@ -14,11 +14,11 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .. import core_model, model_config
-from .batching import run_requests, split_rows
-from .errors import triton_error
+from .base import BatchedModel
+from .batching import split_rows
 
 
-class TritonPythonModel:
+class TritonPythonModel(BatchedModel):
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
         self.core = core_model.load(config, Path(args["model_repository"]) / args["model_version"])
@@ -39,12 +39,3 @@ class TritonPythonModel:
     def _respond(self, outputs):
         tensors = [pb_utils.Tensor(name, value) for name, value in zip(self.core.output_names, outputs)]
         return pb_utils.InferenceResponse(output_tensors=tensors)
-
-    def execute(self, requests):
-        return run_requests(
-            requests,
-            self._parse,
-            self._compute,
-            self._respond,
-            lambda error: pb_utils.InferenceResponse(error=triton_error(pb_utils, error)),
-        )

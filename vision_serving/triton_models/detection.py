@@ -17,11 +17,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .. import detection, model_config
-from .batching import run_requests
-from .errors import triton_error
+from .base import BatchedModel
 
 
-class TritonPythonModel:
+class TritonPythonModel(BatchedModel):
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
         self.spec = detection.DetectorSpec.from_config(config)
@@ -65,13 +64,4 @@ class TritonPythonModel:
                 pb_utils.Tensor(self.tensors.keypoints, found.keypoints),
                 pb_utils.Tensor(self.tensors.count, found.counts.astype(np.int32).reshape(-1, 1)),
             ]
-        )
-
-    def execute(self, requests):
-        return run_requests(
-            requests,
-            self._parse,
-            self._compute,
-            self._respond,
-            lambda error: pb_utils.InferenceResponse(error=triton_error(pb_utils, error)),
         )

@@ -12,7 +12,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .. import model_config, preprocessing
-from .batching import run_requests, split_rows
+from .base import BatchedModel
+from .batching import split_rows
 from .errors import triton_error
 
 
@@ -24,7 +25,7 @@ def _outputs(config: model_config.ModelConfig) -> tuple[str, str | None]:
     return pixels[0], (sizes[0] if sizes else None)
 
 
-class TritonPythonModel:
+class TritonPythonModel(BatchedModel):
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
         self.spec = preprocessing.PreprocessSpec.from_config(config)
@@ -36,7 +37,7 @@ class TritonPythonModel:
         self.pixels_name, self.sizes_name = _outputs(config)
         self.logger = pb_utils.Logger
 
-    def _decode(self, request):
+    def _parse(self, request):
         payloads = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
         return preprocessing.decode_payloads_reduced(payloads, self.limits, self.minimum)
 
@@ -59,7 +60,3 @@ class TritonPythonModel:
         if not isinstance(error, ValueError):
             self.logger.log_error(f"preprocess: unexpected decoder failure: {type(error).__name__}: {error}")
         return pb_utils.InferenceResponse(error=triton_error(pb_utils, error))
-
-    def execute(self, requests):
-        # Decode every image of every request, then preprocess all of them as one batch.
-        return run_requests(requests, self._decode, self._compute, self._respond, self._fail)

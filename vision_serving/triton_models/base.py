@@ -1,0 +1,33 @@
+"""The shape every Python-backend model here shares: parse each request, compute them together, answer each.
+
+A subclass implements ``_parse`` (one request -> its inputs; raising fails only that request),
+``_compute`` (all parsed requests -> one result each, as one vectorized batch) and ``_respond``
+(one result -> an ``InferenceResponse``); ``execute`` is the same for every model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import triton_python_backend_utils as pb_utils
+
+from .batching import run_requests
+from .errors import triton_error
+
+
+class BatchedModel:
+    def _parse(self, request: Any) -> Any:
+        raise NotImplementedError
+
+    def _compute(self, parsed: list[Any]) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def _respond(self, result: Any) -> Any:
+        raise NotImplementedError
+
+    def _fail(self, error: BaseException) -> Any:
+        return pb_utils.InferenceResponse(error=triton_error(pb_utils, error))
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        return run_requests(requests, self._parse, self._compute, self._respond, self._fail)
