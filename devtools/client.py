@@ -129,7 +129,8 @@ class TritonConnection:
         if not model_ready:
             raise ClassifyError(f"model '{model}' is not ready on {where} (unknown name, or it failed to load)")
 
-    def model_interface(self, model: str) -> ModelInterface:
+    def metadata_and_config(self, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A model's metadata and config as JSON dicts, the same over gRPC and HTTP (every client reads tensors here)."""
         try:
             if self.protocol == "grpc":
                 metadata = self.client.get_model_metadata(model, as_json=True, **self.call_options())
@@ -139,6 +140,10 @@ class TritonConnection:
                 config = self.client.get_model_config(model)
         except Exception as error:
             raise ClassifyError(f"cannot read the metadata of model '{model}': {error_message(error)}") from None
+        return metadata, config
+
+    def model_interface(self, model: str) -> ModelInterface:
+        metadata, config = self.metadata_and_config(model)
         return interface_from_metadata(model, metadata, int(config.get("max_batch_size", 0)))
 
     def infer(self, interface: ModelInterface, images: list[bytes], top_k: int | None) -> list[list[Prediction]]:

@@ -120,15 +120,7 @@ def interface_from_metadata(model: str, metadata: dict[str, Any], max_batch_size
 
 
 def model_interface(connection: TritonConnection, model: str) -> DetectorInterface:
-    try:
-        if connection.protocol == "grpc":
-            metadata = connection.client.get_model_metadata(model, as_json=True, **connection.call_options())
-            config = connection.client.get_model_config(model, as_json=True, **connection.call_options())["config"]
-        else:
-            metadata = connection.client.get_model_metadata(model)
-            config = connection.client.get_model_config(model)
-    except Exception as error:
-        raise ClassifyError(f"cannot read the metadata of model '{model}': {error_message(error)}") from None
+    metadata, config = connection.metadata_and_config(model)
     return interface_from_metadata(model, metadata, int(config.get("max_batch_size", 0)))
 
 

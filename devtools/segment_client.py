@@ -43,11 +43,7 @@ class Segmented:
 
 def tensor_names(connection: TritonConnection, model: str) -> tuple[str, str, str]:
     """(image input, mask output, coverage output), by datatype from the model metadata."""
-    try:
-        options = {"as_json": True} if connection.protocol == "grpc" else {}
-        metadata = connection.client.get_model_metadata(model, **options)
-    except Exception as error:
-        raise ClassifyError(f"cannot read the metadata of model '{model}': {error_message(error)}") from None
+    metadata, _ = connection.metadata_and_config(model)
     inputs = [t["name"] for t in metadata["inputs"] if t["datatype"] == "BYTES"]
     masks = [t["name"] for t in metadata["outputs"] if t["datatype"] == "BYTES"]
     coverage = [t["name"] for t in metadata["outputs"] if t["datatype"] == "FP32"]
