@@ -259,6 +259,42 @@ class _Checker:
                     )
         self._check_batch()
 
+    def _check_pinned_batch(self, dynamic_batch: bool) -> None:
+        """Batch-1 leftovers of a traced graph: outputs and constant Reshape targets that pin dim 0."""
+        wants_batch = dynamic_batch or (self.max_batch is not None and self.max_batch > 1)
+        if not wants_batch:
+            return
+        if dynamic_batch:
+            for value in self.graph.outputs:
+                first = value.shape[0] if value.shape else None
+                if isinstance(first, int) and first > 0:
+                    self.add(
+                        "warning",
+                        "batch-pinned-output",
+                        f"dim 0 is {first} while the inputs' batch is dynamic: TensorRT and onnxruntime see "
+                        "a batch-1 output (onnxruntime warns on every larger batch); make it the batch dim",
+                        name=value.name,
+                        op="output",
+                        fix=("batch_dimension",),
+                    )
+        for node in self.graph.nodes:
+            if node.op != "Reshape" or len(node.inputs) < 2:
+                continue
+            target = constant_values(node.inputs[1])
+            if target is None or target.ndim != 1 or len(target) < 2 or int(target[0]) != 1:
+                continue
+            shape = node.inputs[0].shape
+            carries_batch = bool(shape) and not (isinstance(shape[0], int) and shape[0] > 1)
+            if carries_batch and int(node.attrs.get("allowzero", 0)) == 0:
+                self.add(
+                    "warning",
+                    "batch-pinned-reshape",
+                    f"constant target {target.tolist()} pins dim 0 to 1: with a batch above 1 the Reshape fails "
+                    "(a converter traced a batch-1 graph); 0 copies the input's batch",
+                    node,
+                    fix=("batch_dimension", "batch_reshape_placeholder"),
+                )
+
     def _check_batch(self) -> None:
         try:
             profile = batch_profile.read_profile(self.model)
@@ -296,6 +332,7 @@ class _Checker:
                         op="input",
                         fix=("batch_dimension",),
                     )
+        self._check_pinned_batch(dynamic_batch)
         if dynamic_batch and profile is None and self.max_batch is None:
             self.add(
                 "info",

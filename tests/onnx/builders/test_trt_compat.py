@@ -357,6 +357,14 @@ RULES: list = [
     ),
     ("static-batch", lambda: one("Relu", ["x"], shape=[1, 3]), lambda: one("Relu", ["x"], shape=["n", 3]), "warning", "static-batch", 8),
     (
+        "batch-pinned-reshape",
+        lambda: one("Reshape", ["x", "s"], shape=["n", 4, 1, 1], initializers=[const("s", np.array([1, 1, 1, 4], dtype=np.int64))]),
+        lambda: one("Reshape", ["x", "s"], shape=["n", 4, 1, 1], initializers=[const("s", np.array([0, 1, 1, 4], dtype=np.int64))]),
+        "warning",
+        "batch-pinned-reshape",
+        None,
+    ),
+    (
         "batch-mismatch",
         lambda: with_profile(one("Relu", ["x"], shape=["n", 3])),
         lambda: one("Relu", ["x"], shape=["n", 3]),
