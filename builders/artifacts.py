@@ -17,17 +17,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from vision_serving.layout import file_sha256
+
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The file's sha256, streamed: vision_serving.layout's (the served models check it too)."""
+    return file_sha256(path)
 
 
 def package_versions(names: Iterable[str]) -> dict[str, str | None]:
