@@ -44,6 +44,9 @@ RUN python3 -m pip --python /opt/venv/bin/python install --no-compile --no-deps 
 
 # One --model-repository per <root>/<pipeline>/pipeline.toml, then exec tritonserver.
 COPY --chmod=0755 docker/tritonserver-pipelines.sh /usr/local/bin/tritonserver-pipelines
+# The liveness check (k8s livenessProbe exec): fails on a dead Python backend stub, which
+# Triton does not restart while /v2/health/live stays green; reads /proc only.
+COPY --chmod=0755 docker/triton-liveness.sh /usr/local/bin/triton-liveness
 
 ENV PATH=/opt/venv/bin:${PATH} \
     HOME=/tmp

@@ -55,6 +55,8 @@ VALIDATE = ROOT / "tests" / "deploy" / "validate.py"
 ENTRY_SCRIPT = DOCKER / "tritonserver-pipelines.sh"
 BUILD_SCRIPT = DOCKER / "build_artifacts.sh"
 ENTRY_COMMAND = "tritonserver-pipelines"  # where server.Dockerfile installs ENTRY_SCRIPT
+LIVENESS_SCRIPT = DOCKER / "triton-liveness.sh"
+LIVENESS_COMMAND = "triton-liveness"  # where server.Dockerfile installs LIVENESS_SCRIPT
 ROOT_FLAG = "--pipelines-root"  # the entry script's own flag; never passed to tritonserver
 K8S_VERSION = "1.35.0"
 PIPELINES = layout.pipelines(layout.MODEL_REPOSITORY)
@@ -380,6 +382,8 @@ def test_the_server_image_installs_the_entry_script():
     assert re.search(rf"^COPY --chmod=0755 docker/{ENTRY_SCRIPT.name} /usr/local/bin/{ENTRY_COMMAND}$", text, re.MULTILINE)
     ignore = (DOCKER / "server.Dockerfile.dockerignore").read_text().splitlines()
     assert f"!docker/{ENTRY_SCRIPT.name}" in ignore, "the build context must include the entry script"
+    assert re.search(rf"^COPY --chmod=0755 docker/{LIVENESS_SCRIPT.name} /usr/local/bin/{LIVENESS_COMMAND}$", text, re.MULTILINE)
+    assert f"!docker/{LIVENESS_SCRIPT.name}" in ignore, "the build context must include the liveness script"
     builder_ignore = (DOCKER / "builder.Dockerfile.dockerignore").read_text().splitlines()
     assert f"!docker/{BUILD_SCRIPT.name}" in builder_ignore
     assert dockerfile_entrypoint(DOCKERFILES["builder"]) == ["bash", f"docker/{BUILD_SCRIPT.name}"]
@@ -405,8 +409,9 @@ def test_ports_agree_between_server_manifests_and_compose(objects, triton, compo
     assert ports == {"http": int(flags["--http-port"]), "grpc": int(flags["--grpc-port"]), "metrics": int(flags["--metrics-port"])}
     exposed = {int(p) for p in re.findall(r"^EXPOSE\s+(.+)$", DOCKERFILES["server"].read_text(), re.MULTILINE)[0].split()}
     assert exposed == set(ports.values())
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):
         assert triton[probe]["httpGet"]["port"] in ("http", ports["http"]), probe
+    assert flag_values(triton["livenessProbe"]["exec"]["command"][1:])["--http-port"] == str(ports["http"])
     for service in (o for o in objects if o["kind"] == "Service"):
         for port in service["spec"]["ports"]:
             target = port["targetPort"]
@@ -420,6 +425,23 @@ def test_ports_agree_between_server_manifests_and_compose(objects, triton, compo
     published = {int(mapping.rsplit(":", 1)[1]) for mapping in compose["services"]["server"]["ports"]}
     assert published == set(ports.values())
     assert "127.0.0.1:8002:8002" in compose["services"]["server"]["ports"], "metrics stay local on a Docker host"
+
+
+def test_liveness_runs_the_stub_check_with_its_timing(triton):
+    """An exec probe (a dead Python stub leaves /v2/health/live green): the installed script, a
+    timeout above the script's own 3 s HTTP wait, and a restart within 30 s of a stub's death."""
+    probe = triton["livenessProbe"]
+    assert "httpGet" not in probe and probe["exec"]["command"][0] == LIVENESS_COMMAND
+    assert probe["timeoutSeconds"] > 3
+    assert probe["failureThreshold"] >= 2 and probe["periodSeconds"] * probe["failureThreshold"] <= 30
+    assert "periodSeconds" in probe and "failureThreshold" in probe
+
+
+def test_the_liveness_script_fails_in_one_clear_line(tmp_path):
+    gone = run_script(LIVENESS_SCRIPT, ["--pid", "999999999", "--state", str(tmp_path / "state")], tmp_path / "bin")
+    assert gone.returncode == 1 and gone.stderr.strip() == "triton-liveness: tritonserver (pid 999999999) is not running"
+    unknown = run_script(LIVENESS_SCRIPT, ["--bogus"], tmp_path / "bin")
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
 
 
 def test_shutdown_fits_in_the_grace_period(pod_spec, triton, compose):
@@ -843,9 +865,26 @@ def http_status(url: str, method: str = "GET", headers: dict[str, str] | None = 
 
 @pytest.mark.integration
 def test_probe_paths_answer_200_on_the_real_server(production_server, triton):
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):
         path = triton[probe]["httpGet"]["path"]
         assert http_status(f"http://{production_server.http_url}{path}") == 200, probe
+
+
+@pytest.mark.integration
+def test_the_liveness_script_passes_on_the_real_server(production_server, tmp_path):
+    """The liveness exec, pointed at this server's process and HTTP port, passes twice (first run records the stubs)."""
+    command = [
+        "bash",
+        str(LIVENESS_SCRIPT),
+        f"--pid={production_server.process.pid}",
+        f"--http-port={production_server.http_port}",
+        f"--state={tmp_path / 'state'}",
+    ]
+    for _ in range(2):
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False)
+        assert completed.returncode == 0, completed.stderr
+    recorded = int((tmp_path / "state").read_text().split()[2])
+    assert recorded >= 2 * len(PIPELINES), "each pipeline has Python-backend preprocess and postprocess stubs"
 
 
 @pytest.mark.integration

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -91,6 +92,19 @@ def dead_children(pid: int) -> list[int]:
         except OSError:
             continue
     return dead
+
+
+LIVENESS_SCRIPT = Path(__file__).resolve().parents[2] / "docker" / "triton-liveness.sh"
+LIVENESS_DETECTION_S = 5.0
+
+
+def liveness_command(server_pid: int, http_port: int, state: Path) -> list[str]:
+    """The Deployment's liveness exec, pointed at a local server (its PID, HTTP port, a private state file)."""
+    return ["bash", str(LIVENESS_SCRIPT), f"--pid={server_pid}", f"--http-port={http_port}", f"--state={state}"]
+
+
+def liveness_check(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=10, check=False)
 
 
 # --------------------------------------------------------------------------- sustained load
@@ -229,10 +243,21 @@ def test_killed_preprocess_stub(repository, images, tmp_path):
         victim = stubs[victim_name]
         regions = set(shm_regions(pid))
 
+        liveness = liveness_command(pid, server.http_port, tmp_path / "liveness.state")
+        before_load = liveness_check(liveness)  # the first run records the stub count
         load = LoadGenerator(server.grpc_url, images, concurrency=4, timeout_s=60).start()
         load.wait_for(20)
+        under_load = liveness_check(liveness)
         killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
+        # The pod's livenessProbe: how long after the kill the script fails (polled every 0.1 s).
+        liveness_failure = None
+        while liveness_failure is None and time.monotonic() - killed_at < LIVENESS_DETECTION_S:
+            completed = liveness_check(liveness)
+            if completed.returncode != 0:
+                liveness_failure = (round(time.monotonic() - killed_at, 2), completed.returncode, completed.stderr.strip())
+            else:
+                time.sleep(0.1)
         wait_until(lambda: victim in dead_children(pid) or not os.path.exists(f"/proc/{victim}"), 10)
         seen = len(load.outcomes)
         load.wait_for(seen + 60, timeout_s=120)
@@ -255,6 +280,9 @@ def test_killed_preprocess_stub(repository, images, tmp_path):
                 late.append(False)
         summary = {
             "killed": f"{victim_name} pid {victim}",
+            "liveness_before_kill": [before_load.returncode, under_load.returncode],
+            "liveness_failed_after_s": liveness_failure and liveness_failure[0],
+            "liveness_message": liveness_failure and liveness_failure[2],
             "restarted": restarted,
             "zombie_stubs": dead_children(pid),
             "server_ready": server.is_ready(),
@@ -278,3 +306,8 @@ def test_killed_preprocess_stub(repository, images, tmp_path):
     # Either Triton restarts the stub and recovers, or the death is visible to a liveness check.
     assert (restarted and all(late)) or summary["zombie_stubs"], summary
     assert summary["stop_s"] <= exit_timeout + 15
+    # The liveness exec (docker/triton-liveness.sh) passes before the kill, also under load, and fails
+    # (exit 1, naming the dead stub) within LIVENESS_DETECTION_S after it.
+    assert summary["liveness_before_kill"] == [0, 0], (before_load.stderr, under_load.stderr)
+    assert liveness_failure is not None, summary
+    assert liveness_failure[1] == 1 and "dead Python backend stub" in liveness_failure[2], liveness_failure
