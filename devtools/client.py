@@ -2,7 +2,7 @@
 
     python -m scripts.classify PATH [PATH ...] [--protocol grpc|http] [--url HOST:PORT]
                                [--model image_classifier] [--top-k N] [--batch-size N]
-                               [--recursive] [--json] [--timeout SECONDS]
+                               [--recursive] [--json] [--timeout SECONDS] [--deadline SECONDS]
 
 PATH is an image file or a folder (its *.jpg, *.jpeg and *.png files, sorted;
 --recursive descends into subfolders). Files are sent as encoded bytes, several
@@ -10,6 +10,12 @@ per request (--batch-size). Tensor names are not hard-coded: they are read from
 the server's model metadata (the BYTES input is the image, the INT32 input the
 optional top-k; the BYTES, FP32 and INT32 outputs are labels, scores and class
 ids).
+
+Server calls that fail with UNAVAILABLE (gRPC UNAVAILABLE, HTTP 503: a full model
+queue, a server shutting down, or over gRPC a refused connection) or whose
+connection is refused are retried with jittered exponential backoff until
+--deadline seconds have passed since the call's first attempt (0: no retries);
+nothing else is retried (see RetryPolicy).
 
 Exit codes: 0 all files classified, 1 some file failed (each error is reported
 for its own file), 2 the server is not reachable or ready, or the model does not
@@ -20,8 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,19 +99,83 @@ def is_invalid_arg(error: Exception) -> bool:
     return isinstance(error, InferenceServerException) and error.status() in INVALID_ARG_STATUSES
 
 
+# How each protocol reports Triton's UNAVAILABLE: the server could not take the request now (a full
+# model queue rejected it, the server is stopping, or, over gRPC, no connection could be made).
+UNAVAILABLE_STATUSES = {"StatusCode.UNAVAILABLE", "503"}
+DEFAULT_DEADLINE_S = 10.0
+
+
+def is_retryable(error: BaseException) -> bool:
+    """UNAVAILABLE, or a refused connection; nothing else.
+
+    Both mean the server did not run the request, so sending it again is safe and another replica
+    (or this one, once its queue drains or it has restarted) can answer. A refused connection is
+    what a restarting pod or a server still starting looks like over HTTP (gRPC reports it as
+    UNAVAILABLE already). Not retried: DEADLINE_EXCEEDED/timeouts (the server may still be working
+    on it; more copies add load to an overloaded server), INVALID_ARGUMENT/NOT_FOUND (the same
+    answer again), INTERNAL (a server fault: report it).
+    """
+    if isinstance(error, InferenceServerException):
+        return str(error.status()) in UNAVAILABLE_STATUSES
+    return isinstance(error, ConnectionRefusedError)
+
+
+@dataclass
+class RetryPolicy:
+    """Jittered exponential backoff within a deadline ("full jitter": sleep uniform(0, min(cap, base * 2**n))).
+
+    A call is attempted, then retried after each retryable failure while the next attempt would
+    start before ``deadline_s`` after the first one; the last error is raised. ``deadline_s=0``
+    disables retries. ``clock``, ``sleep`` and ``rng`` are injectable for tests.
+    """
+
+    deadline_s: float = DEFAULT_DEADLINE_S
+    base_s: float = 0.1
+    cap_s: float = 2.0
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    rng: random.Random = field(default_factory=random.Random)
+    retries: int = 0  # retries made so far, over every call (reported by tests and tools)
+
+    def backoff_s(self, attempt: int) -> float:
+        return self.rng.uniform(0.0, min(self.cap_s, self.base_s * 2**attempt))
+
+    def call(self, function: Callable[[], Any]) -> Any:
+        started = self.clock()
+        attempt = 0
+        while True:
+            try:
+                return function()
+            except Exception as error:
+                if not is_retryable(error):
+                    raise
+                pause = self.backoff_s(attempt)
+                if self.clock() + pause - started >= self.deadline_s:
+                    raise
+            self.sleep(pause)
+            attempt += 1
+            self.retries += 1
+
+
 # --- talking to the server -------------------------------------------------------------------
 
 
 class TritonConnection:
     """The few calls this CLI needs, the same over gRPC and HTTP."""
 
-    def __init__(self, protocol: str, url: str, timeout: float) -> None:
+    def __init__(self, protocol: str, url: str, timeout: float, retry: RetryPolicy | None = None, client: Any = None) -> None:
         self.protocol = protocol
         self.url = url
         self.timeout = timeout
-        if protocol == "grpc":
-            self.module: Any = grpcclient
-            self.client: Any = grpcclient.InferenceServerClient(url)
+        self.retry = retry or RetryPolicy(deadline_s=0.0)
+        self.module: Any
+        self.client: Any
+        if client is not None:  # tests: a fake client
+            self.module = grpcclient if protocol == "grpc" else httpclient
+            self.client = client
+        elif protocol == "grpc":
+            self.module = grpcclient
+            self.client = grpcclient.InferenceServerClient(url)
         else:
             self.module = httpclient
             self.client = httpclient.InferenceServerClient(url.removeprefix("http://"), connection_timeout=timeout, network_timeout=timeout)
@@ -111,19 +184,23 @@ class TritonConnection:
         # gRPC takes a deadline per call; the HTTP client's timeouts are set on the client.
         return {"client_timeout": self.timeout} if self.protocol == "grpc" else {}
 
+    def request(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``self.client.<method>(*args, **kwargs)``, retried on UNAVAILABLE or a refused connection (``self.retry``)."""
+        return self.retry.call(lambda: getattr(self.client, method)(*args, **kwargs))
+
     def close(self) -> None:
         self.client.close()
 
     def check_ready(self, model: str) -> None:
         where = f"Triton at {self.url} ({self.protocol})"
         try:
-            server_ready = self.client.is_server_ready(**self.call_options())
+            server_ready = self.request("is_server_ready", **self.call_options())
         except Exception as error:  # connection refused, DNS, timeout: all mean "not reachable"
             raise ClassifyError(f"cannot reach {where}: {error_message(error)}") from None
         if not server_ready:
             raise ClassifyError(f"{where} is up but not ready (still loading models, or a model failed to load)")
         try:
-            model_ready = self.client.is_model_ready(model, **self.call_options())
+            model_ready = self.request("is_model_ready", model, **self.call_options())
         except Exception as error:
             raise ClassifyError(f"cannot ask {where} about model '{model}': {error_message(error)}") from None
         if not model_ready:
@@ -133,11 +210,11 @@ class TritonConnection:
         """A model's metadata and config as JSON dicts, the same over gRPC and HTTP (every client reads tensors here)."""
         try:
             if self.protocol == "grpc":
-                metadata = self.client.get_model_metadata(model, as_json=True, **self.call_options())
-                config = self.client.get_model_config(model, as_json=True, **self.call_options())["config"]
+                metadata = self.request("get_model_metadata", model, as_json=True, **self.call_options())
+                config = self.request("get_model_config", model, as_json=True, **self.call_options())["config"]
             else:
-                metadata = self.client.get_model_metadata(model)
-                config = self.client.get_model_config(model)
+                metadata = self.request("get_model_metadata", model)
+                config = self.request("get_model_config", model)
         except Exception as error:
             raise ClassifyError(f"cannot read the metadata of model '{model}': {error_message(error)}") from None
         return metadata, config
@@ -162,7 +239,7 @@ class TritonConnection:
             inputs.append(k_input)
         names = (interface.labels_output, interface.scores_output, interface.class_ids_output)
         outputs = [self.module.InferRequestedOutput(name) for name in names]
-        result = self.client.infer(interface.name, inputs, outputs=outputs, **self.call_options())
+        result = self.request("infer", interface.name, inputs, outputs=outputs, **self.call_options())
         labels, scores, class_ids = (result.as_numpy(name).reshape(len(images), -1) for name in names)
         return [
             [
@@ -303,7 +380,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--recursive", action="store_true", help="also look for images in subfolders")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per server call (default 60)")
+    add_deadline_argument(parser)
     return parser.parse_args(argv)
+
+
+def add_deadline_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        help=f"seconds to keep retrying a call that fails with UNAVAILABLE or a refused connection (default {DEFAULT_DEADLINE_S:g}; 0: no retries)",
+    )
 
 
 def positive_int(text: str) -> int:
@@ -322,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         print("classify: error: no image files to classify", file=sys.stderr)
         return 2
 
-    connection = TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout)
+    connection = TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout, RetryPolicy(args.deadline))
     try:
         connection.check_ready(args.model)
         interface = connection.model_interface(args.model)

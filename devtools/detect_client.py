@@ -2,7 +2,7 @@
 
     ./scripts/detect PATH [PATH ...] [--protocol grpc|http] [--url HOST:PORT]
                      [--model face_detector] [--score-threshold X] [--batch-size N]
-                     [--draw OUT] [--recursive] [--json] [--timeout SECONDS]
+                     [--draw OUT] [--recursive] [--json] [--timeout SECONDS] [--deadline SECONDS]
 
 PATH is an image file or a folder (its *.jpg, *.jpeg and *.png files, sorted).
 Files are sent as encoded bytes, several per request (--batch-size). For each
@@ -37,7 +37,9 @@ from devtools.client import (
     DEFAULT_URLS,
     IMAGE_SUFFIXES,
     ClassifyError,
+    RetryPolicy,
     TritonConnection,
+    add_deadline_argument,
     collect_files,
     error_message,
     is_invalid_arg,
@@ -135,8 +137,8 @@ def infer(connection: TritonConnection, interface: DetectorInterface, images: li
         threshold_input.set_data_from_numpy(np.full((len(images), 1), threshold, dtype=np.float32))
         inputs.append(threshold_input)
     names = (interface.boxes_output, interface.scores_output, interface.keypoints_output, interface.count_output)
-    result = connection.client.infer(
-        interface.name, inputs, outputs=[module.InferRequestedOutput(n) for n in names], **connection.call_options()
+    result = connection.request(
+        "infer", interface.name, inputs, outputs=[module.InferRequestedOutput(n) for n in names], **connection.call_options()
     )
     boxes, scores, keypoints, counts = (result.as_numpy(name) for name in names)
     return [
@@ -262,6 +264,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--recursive", action="store_true", help="also look for images in subfolders")
     parser.add_argument("--json", action="store_true", help="print one JSON document (with keypoints) instead of tables")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per server call (default 60)")
+    add_deadline_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -274,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print("detect: error: no image files", file=sys.stderr)
         return 2
-    connection = TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout)
+    connection = TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout, RetryPolicy(args.deadline))
     try:
         connection.check_ready(args.model)
         interface = model_interface(connection, args.model)

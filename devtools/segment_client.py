@@ -26,7 +26,16 @@ import cv2
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from devtools.client import DEFAULT_URLS, ClassifyError, TritonConnection, collect_files, error_message, read_file
+from devtools.client import (
+    DEFAULT_URLS,
+    ClassifyError,
+    RetryPolicy,
+    TritonConnection,
+    add_deadline_argument,
+    collect_files,
+    error_message,
+    read_file,
+)
 
 OVERLAY_COLOR = np.array([255, 64, 160], dtype=np.float32)  # BGR tint for person pixels
 OUTPUT_SUFFIXES = (".mask.png", ".overlay.jpg")
@@ -70,7 +79,7 @@ def segment_file(
     image_input = connection.module.InferInput(image_name, [1, 1], "BYTES")
     image_input.set_data_from_numpy(np.array([[data]], dtype=np.object_))
     try:
-        response = connection.client.infer(model, [image_input], **connection.call_options())
+        response = connection.request("infer", model, [image_input], **connection.call_options())
     except (InferenceServerException, OSError) as error:
         result.error = error_message(error)
         return result
@@ -103,6 +112,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--recursive", action="store_true", help="also look for images in subfolders")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per server call (default 60)")
+    add_deadline_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print("segment: error: no image files to segment", file=sys.stderr)
         return 2
-    connection = TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout)
+    connection = TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout, RetryPolicy(args.deadline))
     try:
         connection.check_ready(args.model)
         names = tensor_names(connection, args.model)

@@ -113,7 +113,7 @@ def test_missing_file_is_reported_for_that_file(triton_server, photo_dir, tmp_pa
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_unreachable_server_exits_2_with_one_line(photo_dir, protocol, capsys):
     url = f"localhost:{free_port()}"
-    code = classify.main(["--protocol", protocol, "--url", url, "--timeout", "10", str(photo_dir)])
+    code = classify.main(["--protocol", protocol, "--url", url, "--timeout", "10", "--deadline", "0", str(photo_dir)])
     captured = capsys.readouterr()
     assert code == 2
     assert captured.out == ""
@@ -193,3 +193,16 @@ def test_curl_example_reports_a_bad_image(triton_server, tmp_path):
     )
     assert result.returncode != 0
     assert "error" in json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_refused_connection_is_retried_until_the_deadline(photo_dir, protocol, capsys):
+    """No server on the port: the real tritonclient's refusal (gRPC UNAVAILABLE, HTTP ConnectionRefusedError)
+    is retried with backoff for --deadline seconds, then reported as unreachable (exit 2)."""
+    import time
+
+    started = time.monotonic()
+    code = classify.main(["--protocol", protocol, "--url", f"localhost:{free_port()}", "--deadline", "1.5", str(photo_dir)])
+    elapsed = time.monotonic() - started
+    assert code == 2 and "cannot reach" in capsys.readouterr().err
+    assert 0.5 < elapsed < 1.5 + 3, elapsed  # retried (not one attempt), gave up by the deadline
