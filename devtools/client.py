@@ -369,28 +369,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0],
         epilog="Exit codes: 0 all classified, 1 some file failed, 2 server/model problem.",
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="image file or folder of images")
-    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="default: grpc")
-    parser.add_argument("--url", help="server HOST:PORT (default: localhost:8001 for grpc, localhost:8000 for http)")
-    parser.add_argument("--model", default="image_classifier", help="model name (default: image_classifier)")
+    add_connection_arguments(parser, "image_classifier", "print one JSON document instead of tables")
     parser.add_argument("--top-k", type=positive_int, help="number of predictions per image (default: the model's)")
     parser.add_argument(
         "--batch-size", type=positive_int, default=8, help="images per request (default 8, at most the model's max_batch_size)"
     )
-    parser.add_argument("--recursive", action="store_true", help="also look for images in subfolders")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per server call (default 60)")
-    add_deadline_argument(parser)
     return parser.parse_args(argv)
 
 
-def add_deadline_argument(parser: argparse.ArgumentParser) -> None:
+def add_connection_arguments(parser: argparse.ArgumentParser, default_model: str, json_help: str) -> None:
+    """What every client takes: the files, the server, the model, output as JSON, timeouts and retries."""
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="image file or folder of images")
+    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="default: grpc")
+    parser.add_argument("--url", help="server HOST:PORT (default: localhost:8001 for grpc, localhost:8000 for http)")
+    parser.add_argument("--model", default=default_model, help=f"model name (default: {default_model})")
+    parser.add_argument("--recursive", action="store_true", help="also look for images in subfolders")
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per server call (default 60)")
     parser.add_argument(
         "--deadline",
         type=float,
         default=DEFAULT_DEADLINE_S,
         help=f"seconds to keep retrying a call that fails with UNAVAILABLE or a refused connection (default {DEFAULT_DEADLINE_S:g}; 0: no retries)",
     )
+
+
+def connect(args: argparse.Namespace) -> TritonConnection:
+    """The connection the parsed arguments describe (protocol, URL, timeout, retry deadline)."""
+    return TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout, RetryPolicy(args.deadline))
 
 
 def positive_int(text: str) -> int:
@@ -409,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         print("classify: error: no image files to classify", file=sys.stderr)
         return 2
 
-    connection = TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout, RetryPolicy(args.deadline))
+    connection = connect(args)
     try:
         connection.check_ready(args.model)
         interface = connection.model_interface(args.model)

@@ -34,13 +34,12 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from devtools.client import (
-    DEFAULT_URLS,
     IMAGE_SUFFIXES,
     ClassifyError,
-    RetryPolicy,
     TritonConnection,
-    add_deadline_argument,
+    add_connection_arguments,
     collect_files,
+    connect,
     error_message,
     is_invalid_arg,
     positive_int,
@@ -247,10 +246,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0],
         epilog="Exit codes: 0 all processed, 1 some file failed, 2 server/model problem.",
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="image file or folder of images")
-    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="default: grpc")
-    parser.add_argument("--url", help="server HOST:PORT (default: localhost:8001 for grpc, localhost:8000 for http)")
-    parser.add_argument("--model", default="face_detector", help="model name (default: face_detector)")
+    add_connection_arguments(parser, "face_detector", "print one JSON document (with keypoints) instead of tables")
     parser.add_argument("--score-threshold", type=score_threshold, metavar="X", help="minimum face score in [0, 1] (default: the model's)")
     parser.add_argument(
         "--batch-size", type=positive_int, default=8, help="images per request (default 8, at most the model's max_batch_size)"
@@ -261,10 +257,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="OUT",
         help=f"write images with the faces drawn: OUT.jpg/.png for one image, else <name>{DRAWN_SUFFIX} in folder OUT",
     )
-    parser.add_argument("--recursive", action="store_true", help="also look for images in subfolders")
-    parser.add_argument("--json", action="store_true", help="print one JSON document (with keypoints) instead of tables")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per server call (default 60)")
-    add_deadline_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -277,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print("detect: error: no image files", file=sys.stderr)
         return 2
-    connection = TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout, RetryPolicy(args.deadline))
+    connection = connect(args)
     try:
         connection.check_ready(args.model)
         interface = model_interface(connection, args.model)

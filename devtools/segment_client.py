@@ -27,12 +27,11 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from devtools.client import (
-    DEFAULT_URLS,
     ClassifyError,
-    RetryPolicy,
     TritonConnection,
-    add_deadline_argument,
+    add_connection_arguments,
     collect_files,
+    connect,
     error_message,
     read_file,
 )
@@ -103,16 +102,9 @@ def segment_file(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="segment", description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="image file or folder of images")
-    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="default: grpc")
-    parser.add_argument("--url", help="server HOST:PORT (default: localhost:8001 for grpc, localhost:8000 for http)")
-    parser.add_argument("--model", default="person_segmenter", help="model name (default: person_segmenter)")
+    add_connection_arguments(parser, "person_segmenter", "print one JSON document")
     parser.add_argument("--out-dir", type=Path, help="write masks here instead of next to each image")
     parser.add_argument("--overlay", action="store_true", help="also write <name>.overlay.jpg")
-    parser.add_argument("--recursive", action="store_true", help="also look for images in subfolders")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per server call (default 60)")
-    add_deadline_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -125,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print("segment: error: no image files to segment", file=sys.stderr)
         return 2
-    connection = TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout, RetryPolicy(args.deadline))
+    connection = connect(args)
     try:
         connection.check_ready(args.model)
         names = tensor_names(connection, args.model)
