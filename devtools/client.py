@@ -124,8 +124,8 @@ def is_retryable(error: BaseException) -> bool:
 class RetryPolicy:
     """Jittered exponential backoff within a deadline ("full jitter": sleep uniform(0, min(cap, base * 2**n))).
 
-    A call is attempted, then retried after each retryable failure while the next attempt would
-    start before ``deadline_s`` after the first one; the last error is raised. ``deadline_s=0``
+    A call is attempted, then retried after each retryable failure until ``deadline_s`` after the
+    first attempt (the last pause is cut to the time left); then the last error is raised. ``deadline_s=0``
     disables retries. ``clock``, ``sleep`` and ``rng`` are injectable for tests.
     """
 
@@ -149,9 +149,11 @@ class RetryPolicy:
             except Exception as error:
                 if not is_retryable(error):
                     raise
-                pause = self.backoff_s(attempt)
-                if self.clock() + pause - started >= self.deadline_s:
+                remaining = self.deadline_s - (self.clock() - started)
+                if remaining <= 0:
                     raise
+                # The last pause is cut to what is left, so every call keeps trying until its deadline.
+                pause = min(self.backoff_s(attempt), remaining)
             self.sleep(pause)
             attempt += 1
             self.retries += 1
@@ -394,6 +396,18 @@ def add_connection_arguments(parser: argparse.ArgumentParser, default_model: str
     )
 
 
+def input_files(prog: str, args: argparse.Namespace, skip_suffixes: tuple[str, ...] = ()) -> list[str]:
+    """The image files the arguments name (without the client's own outputs of an earlier run); warnings and
+    the no-files error are printed here, and an empty list means exit 2."""
+    files, warnings = collect_files(args.paths, args.recursive)
+    files = [f for f in files if not f.endswith(skip_suffixes)] if skip_suffixes else files
+    for warning in warnings:
+        print(f"{prog}: warning: {warning}", file=sys.stderr)
+    if not files:
+        print(f"{prog}: error: no image files", file=sys.stderr)
+    return files
+
+
 def connect(args: argparse.Namespace) -> TritonConnection:
     """The connection the parsed arguments describe (protocol, URL, timeout, retry deadline)."""
     return TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout, RetryPolicy(args.deadline))
@@ -408,11 +422,8 @@ def positive_int(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    files, warnings = collect_files(args.paths, args.recursive)
-    for warning in warnings:
-        print(f"classify: warning: {warning}", file=sys.stderr)
+    files = input_files("classify", args)
     if not files:
-        print("classify: error: no image files to classify", file=sys.stderr)
         return 2
 
     connection = connect(args)

@@ -38,9 +38,9 @@ from devtools.client import (
     ClassifyError,
     TritonConnection,
     add_connection_arguments,
-    collect_files,
     connect,
     error_message,
+    input_files,
     is_invalid_arg,
     positive_int,
     read_file,
@@ -262,12 +262,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    files, warnings = collect_files(args.paths, args.recursive)
-    files = [f for f in files if not f.endswith(DRAWN_SUFFIX)]  # our own drawings from an earlier run
-    for warning in warnings:
-        print(f"detect: warning: {warning}", file=sys.stderr)
+    files = input_files("detect", args, (DRAWN_SUFFIX,))  # not our own drawings from an earlier run
     if not files:
-        print("detect: error: no image files", file=sys.stderr)
         return 2
     connection = connect(args)
     try:

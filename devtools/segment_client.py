@@ -30,9 +30,9 @@ from devtools.client import (
     ClassifyError,
     TritonConnection,
     add_connection_arguments,
-    collect_files,
     connect,
     error_message,
+    input_files,
     read_file,
 )
 
@@ -110,12 +110,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    files, warnings = collect_files(args.paths, args.recursive)
-    files = [f for f in files if not f.endswith(OUTPUT_SUFFIXES)]  # our own outputs from an earlier run
-    for warning in warnings:
-        print(f"segment: warning: {warning}", file=sys.stderr)
+    files = input_files("segment", args, OUTPUT_SUFFIXES)  # not our own outputs from an earlier run
     if not files:
-        print("segment: error: no image files to segment", file=sys.stderr)
         return 2
     connection = connect(args)
     try:
