@@ -29,7 +29,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -448,17 +448,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         connection.close()
 
-    if args.json:
+    return print_results("classify", results, format_table, args.json)
+
+
+def print_results(prog: str, results: Sequence[Any], table: Callable[[Any], str], as_json: bool) -> int:
+    """One JSON document, or a table per file; each file's error on stderr. Exit code 1 if a file failed."""
+    if as_json:
         print(json.dumps([result.to_json() for result in results], indent=2))
-    else:
-        tables = []
-        for result in results:
-            if result.error is not None:
-                print(f"classify: error: {result.file}: {result.error}", file=sys.stderr)
-            else:
-                tables.append(format_table(result))
-        if tables:
-            print("\n\n".join(tables))
+    tables = []
+    for result in results:
+        if result.error is not None:
+            print(f"{prog}: error: {result.file}: {result.error}", file=sys.stderr)
+        elif not as_json:
+            tables.append(table(result))
+    if tables:
+        print("\n\n".join(tables))
     return 1 if any(result.error is not None for result in results) else 0
 
 

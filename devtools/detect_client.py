@@ -23,7 +23,6 @@ reachable or ready, or the model does not look like a face detector.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from devtools.client import (
     input_files,
     is_invalid_arg,
     positive_int,
+    print_results,
     read_file,
 )
 
@@ -280,17 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         connection.close()
     if args.draw is not None:
         write_drawings(results, args.draw)
-    if args.json:
-        print(json.dumps([result.to_json() for result in results], indent=2))
-    tables = []
-    for result in results:
-        if result.error is not None:
-            print(f"detect: error: {result.file}: {result.error}", file=sys.stderr)
-        elif not args.json:
-            tables.append(format_table(result))
-    if tables:
-        print("\n\n".join(tables))
-    return 1 if any(result.error is not None for result in results) else 0
+    return print_results("detect", results, format_table, args.json)
 
 
 if __name__ == "__main__":
