@@ -178,6 +178,12 @@ def cache_key(tensorrt_version: str, compute_capability: str) -> str:
     return f"trt{release(tensorrt_version)}-sm{compute_capability.replace('.', '')}"
 
 
+def cache_entry(cache_dir: Path, key: str, pipeline: str, inputs_hash: str) -> Path:
+    """The plan cache folder of one build: TensorRT release and GPU (``key``), pipeline, and the hash
+    of the build's inputs (ONNX sha256, profile, workspace): another model version is another entry."""
+    return cache_dir / key / pipeline / inputs_hash[:16]
+
+
 def tensorrt_version_from_libraries(directories: Iterable[str | Path] | None = None) -> str | None:
     """``X.Y.Z`` from ``libnvinfer.so.X.Y.Z`` (images that ship TensorRT without its Python bindings)."""
     if directories is None:
@@ -455,8 +461,11 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
     wanted_hash = input_hash(wanted)
 
     target_plan = settings.output
-    # One plan per pipeline in the cache: <cache>/trt<X.Y.Z>-sm<CC>/<pipeline>/model.plan.
-    build_plan = settings.cache_dir / key / Pipeline.at(settings.repository).name / PLAN_FILENAME if settings.cache_dir else target_plan
+    # Content-addressed: <cache>/trt<X.Y.Z>-sm<CC>/<pipeline>/<inputs hash>/model.plan. Two model
+    # versions sharing a cache (stable and canary pods on one PVC) never write the same entry, so
+    # neither rebuilds over the other nor copies the other's plan between check and copy.
+    entry = cache_entry(settings.cache_dir, key, Pipeline.at(settings.repository).name, wanted_hash) if settings.cache_dir else None
+    build_plan = entry / PLAN_FILENAME if entry else target_plan
     if not settings.force and provenance.is_current(build_plan, wanted_hash):
         current = _read_provenance(provenance_path(build_plan)) or {}
         if build_plan != target_plan:
@@ -694,7 +703,7 @@ def add_build_engine_step(subparsers: argparse._SubParsersAction[argparse.Argume
         "--cache-dir",
         type=Path,
         metavar="DIR",
-        help="plan cache: build into DIR/trt<X.Y.Z>-sm<CC>/ (skipped when current there), then copy to --output",
+        help="plan cache: build into DIR/trt<X.Y.Z>-sm<CC>/<pipeline>/<inputs hash>/ (skipped when current there), then copy to --output",
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.set_defaults(run=run_build_engine)

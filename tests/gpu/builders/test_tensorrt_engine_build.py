@@ -146,6 +146,8 @@ def test_build_verify_and_run_a_tiny_qdq_plan(trt, tmp_path, capsys):
     assert record["profile"]["images"] == {"min": [1, 3, 8, 8], "opt": [2, 3, 8, 8], "max": [4, 3, 8, 8]}
     assert record["builder"]["strongly_typed"] and not {"INT8", "FP16"} & set(record["builder"]["builder_flags"])
     assert (tmp_path / "cache" / record["cache_key"] / "timing.cache").stat().st_size > 0
+    entry = te.cache_entry(tmp_path / "cache", record["cache_key"], pipeline.name, record["input_hash"])
+    assert (entry / te.PLAN_FILENAME).read_bytes() == plan.read_bytes()
 
     code, err = run_cli(argv, capsys)  # second run: served from the cache, nothing rebuilt
     assert code == 0 and "is current" in err

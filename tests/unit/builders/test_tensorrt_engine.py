@@ -92,6 +92,9 @@ def test_default_onnx_is_the_precision_the_ladder_chose(tmp_path):
 def test_release_cache_key_and_versions():
     assert te.release("10.13.3.9") == "10.13.3" and te.release("11.4.1") == "11.4.1"
     assert te.cache_key("11.4.1.2", "12.0") == "trt11.4.1-sm120"
+    # Each model version (another ONNX: another inputs hash) is its own cache entry.
+    first, second = (te.cache_entry(Path("/c"), "trt11.4.1-sm120", "p", h) for h in ("ab" * 32, "cd" * 32))
+    assert first == Path("/c/trt11.4.1-sm120/p/abababababababab") and first != second
     assert te.major_minor("10.8.0.43") == (10, 8)
     with pytest.raises(BuildError):
         te.release("10.x")
