@@ -3,13 +3,28 @@
 Each photo is scaled so that its longer side is one of ``SIZES`` and encoded
 at quality 90, as a phone or browser would send it. The set is deterministic
 (same photos, sizes and encoder settings on every run), so runs compare.
+
+Upload mixes (``upload_mix``), what users send:
+
+- ``thumbnail``: longer side 150 px;
+- ``web``: longer side 640, 1024 and 1280 px;
+- ``phone``: 12 MP phone photos, 4000 x 3000, JPEG quality 90, 2.5-4 MB. The
+  installed photos are at most 0.5 MP, so each is cropped to 4:3, upscaled
+  (bicubic) and given mild sensor-like noise, so that it compresses like a
+  phone photo (an upscaled photo alone is too smooth: ~0.6 MB). Every other
+  one is stored sideways with EXIF orientation 6 (portrait shots, as phones
+  store them), so the decoder's orientation step is in the measurement;
+- ``mix``: 20 % thumbnails, 60 % web photos, 20 % phone photos (by request).
 """
 
 from __future__ import annotations
 
+import functools
+import struct
 from dataclasses import dataclass
 
 import cv2
+import numpy as np
 
 from builders import photos
 
@@ -17,6 +32,13 @@ from builders import photos
 PHOTO_NAMES = ("astronaut", "camera", "chelsea", "coffee", "coins", "motorcycle_left", "rocket", "retina")
 SIZES = (320, 640, 1024)  # longer side, pixels
 JPEG_QUALITY = 90
+THUMBNAIL_SIZES = (150,)
+WEB_SIZES = (640, 1024, 1280)
+PHONE_SIZE = (4000, 3000)  # width, height as stored (landscape sensor)
+PHONE_NOISE_SIGMA = 6.5  # grey levels: sensor-like noise, so 12 MP compresses to 2.5-4 MB at quality 90
+PHONE_ROTATED_ORIENTATION = 6  # EXIF: rotate 90 degrees clockwise to display (a portrait shot)
+MIX_SHARES = {"thumbnail": 0.2, "web": 0.6, "phone": 0.2}
+MIXES = ("web", "thumbnail", "phone", "mix")
 
 
 @dataclass(frozen=True)
@@ -52,12 +74,104 @@ def jpeg_payloads(names: tuple[str, ...] = PHOTO_NAMES, sizes: tuple[int, ...] =
 
 def describe(payloads: list[Payload]) -> dict:
     sizes = [len(p.data) for p in payloads]
+    kinds = [_kind(p) for p in payloads]
     return {
         "count": len(payloads),
         "format": f"JPEG quality {JPEG_QUALITY}",
+        "shares": {kind: round(kinds.count(kind) / len(kinds), 3) for kind in sorted(set(kinds))},
+        "exif_rotated": sum(1 for p in payloads if "exif" in p.name),
         "photos": sorted({p.name.split("@")[0] for p in payloads}),
         "longer_sides": sorted({max(p.width, p.height) for p in payloads}),
         "bytes_min": min(sizes),
         "bytes_mean": round(sum(sizes) / len(sizes)),
         "bytes_max": max(sizes),
     }
+
+
+def exif_orientation_segment(orientation: int) -> bytes:
+    """An Exif APP1 segment holding only IFD0's Orientation tag (0x0112, SHORT)."""
+    tiff = b"II*\x00" + struct.pack("<I", 8) + struct.pack("<H", 1) + struct.pack("<HHIHH", 0x0112, 3, 1, orientation, 0)
+    tiff += struct.pack("<I", 0)
+    payload = b"Exif\x00\x00" + tiff
+    return b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
+
+
+def with_exif_orientation(jpeg: bytes, orientation: int) -> bytes:
+    """``jpeg`` with an Exif orientation segment right after its start-of-image marker."""
+    if not jpeg.startswith(b"\xff\xd8"):
+        raise ValueError("not a JPEG")
+    return jpeg[:2] + exif_orientation_segment(orientation) + jpeg[2:]
+
+
+def phone_photo(image: np.ndarray, seed: int, rotated: bool = False) -> bytes:
+    """A 12 MP phone-like JPEG from a (smaller) BGR photo: 4:3 centre crop, bicubic upscale, mild noise.
+
+    ``rotated``: stored sideways (the photo turned 90 degrees counter-clockwise) with EXIF
+    orientation 6, so that it displays upright, as a phone stores a portrait shot.
+    """
+    width, height = PHONE_SIZE
+    if rotated:
+        width, height = height, width  # the displayed photo is portrait
+    if image.ndim == 2:
+        image = cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    rows, cols = image.shape[:2]
+    aspect = width / height
+    if cols / rows > aspect:  # too wide: crop the sides
+        keep = round(rows * aspect)
+        image = image[:, (cols - keep) // 2 : (cols - keep) // 2 + keep]
+    else:
+        keep = round(cols / aspect)
+        image = image[(rows - keep) // 2 : (rows - keep) // 2 + keep]
+    large = cv2.resize(image, (width, height), interpolation=cv2.INTER_CUBIC)
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal(size=large.shape, dtype=np.float32) * PHONE_NOISE_SIGMA
+    large = np.clip(large.astype(np.float32) + noise, 0, 255).astype(np.uint8)
+    if rotated:
+        large = cv2.rotate(large, cv2.ROTATE_90_COUNTERCLOCKWISE)  # stored landscape; orientation 6 turns it back
+    ok, encoded = cv2.imencode(".jpg", large, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+    if not ok:
+        raise RuntimeError("OpenCV could not encode a phone photo as JPEG")
+    data = encoded.tobytes()
+    return with_exif_orientation(data, PHONE_ROTATED_ORIENTATION) if rotated else data
+
+
+@functools.cache
+def phone_payloads(names: tuple[str, ...] = PHOTO_NAMES) -> tuple[Payload, ...]:
+    """One 12 MP phone JPEG per photo; every other one stored sideways with EXIF orientation 6."""
+    available = photos.registry()
+    names = tuple(name for name in names if name in available)
+    payloads = []
+    for index, name in enumerate(names):
+        rotated = index % 2 == 1
+        data = phone_photo(cv2.imread(str(available[name]), cv2.IMREAD_COLOR), seed=index, rotated=rotated)
+        width, height = PHONE_SIZE[::-1] if rotated else PHONE_SIZE  # as displayed
+        payloads.append(Payload(f"{name}@12MP{'/exif6' if rotated else ''}", width, height, data))
+    return tuple(payloads)
+
+
+def upload_mix(mix: str) -> list[Payload]:
+    """The request payloads of one scenario (``MIXES``), in a fixed, interleaved order."""
+    if mix == "web":
+        return jpeg_payloads(sizes=WEB_SIZES)
+    if mix == "thumbnail":
+        return jpeg_payloads(sizes=THUMBNAIL_SIZES)
+    if mix == "phone":
+        return list(phone_payloads())
+    if mix != "mix":
+        raise ValueError(f"unknown upload mix {mix!r}; known: {', '.join(MIXES)}")
+    parts = {"thumbnail": upload_mix("thumbnail"), "web": upload_mix("web"), "phone": upload_mix("phone")}
+    # Repeat each part so that its share of requests is MIX_SHARES (8 photos: 8 / 24 / 8 = 20/60/20 %).
+    unit = min(len(part) / MIX_SHARES[kind] for kind, part in parts.items())
+    chosen = []
+    for kind, part in parts.items():
+        wanted = round(unit * MIX_SHARES[kind])
+        chosen += [part[i % len(part)] for i in range(wanted)]
+    order = np.random.default_rng(0).permutation(len(chosen))
+    return [chosen[i] for i in order]
+
+
+def _kind(payload: Payload) -> str:
+    longer = max(payload.width, payload.height)
+    if longer >= max(PHONE_SIZE):
+        return "phone"
+    return "thumbnail" if longer <= max(THUMBNAIL_SIZES) else "web"
