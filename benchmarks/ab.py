@@ -146,26 +146,31 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
     print(
-        "\n| variant | c | median req/s | rounds req/s | median p99 ms | core batch | server CPU ms/req | errors |\n|---|---:|---:|---|---:|---:|---:|---:|"
+        "\n| variant | c | median req/s | rounds req/s | median p50 ms | median p99 ms | core batch | server CPU ms/req | errors |\n"
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|"
     )
     summary: dict[str, dict[int, dict]] = {}
     for name in variants:
         for concurrency in levels:
             rows = results[name][concurrency]
             throughput = statistics.median(r["throughput"] for r in rows)
+            p50 = statistics.median(r["p50_ms"] or 0 for r in rows)
             p99 = statistics.median(r["p99_ms"] or 0 for r in rows)
             batch = statistics.median(r["core_batch"] or 0 for r in rows)
             cpu_ms = statistics.median(r["server_cpu_ms_per_request"] or 0 for r in rows)
             errors = sum(r["errors"] for r in rows)
             summary.setdefault(name, {})[concurrency] = {
                 "throughput": throughput,
+                "p50_ms": p50,
                 "p99_ms": p99,
                 "core_batch": batch,
                 "server_cpu_ms": cpu_ms,
                 "errors": errors,
             }
             rounds = " / ".join(f"{r['throughput']:.1f}" for r in rows)
-            print(f"| {name} | {concurrency} | {throughput:.1f} | {rounds} | {p99:.0f} | {batch:.2f} | {cpu_ms:.1f} | {errors} |")
+            print(
+                f"| {name} | {concurrency} | {throughput:.1f} | {rounds} | {p50:.1f} | {p99:.0f} | {batch:.2f} | {cpu_ms:.1f} | {errors} |"
+            )
     (AB_DIR / "last.json").write_text(json.dumps({"variants": variants, "summary": summary, "rounds": results}, indent=1))
     return 0
 

@@ -65,3 +65,17 @@ def test_built_model_loads_and_runs_by_name(cpu_config):
     outputs = core.run({image.name: np.zeros((2, *image.dims), dtype=np.float32)})
     assert isinstance(outputs, list) and len(outputs) == len(cpu_config.output)
     assert outputs[0].shape == (2, *cpu_config.output[0].dims)
+
+
+def test_allow_spinning_parameter_reaches_the_session(tmp_path, cpu_config):
+    """``allow_spinning`` "0" makes idle intra-op threads sleep; anything but 0/1 is refused at load."""
+    config = model_config.ModelConfig()
+    config.CopyFrom(cpu_config)
+    config.output[0].dims[:] = [3]
+    pooled_model(tmp_path / model_config.parameter(config, "onnx_file"), config.input[0].name, config.output[0].name)
+    assert OnnxCore(config, tmp_path).session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    config.parameters["allow_spinning"].string_value = "0"
+    assert OnnxCore(config, tmp_path).session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    config.parameters["allow_spinning"].string_value = "no"
+    with pytest.raises(model_config.ConfigError, match="allow_spinning 'no' is not 0 or 1"):
+        OnnxCore(config, tmp_path)
