@@ -27,6 +27,9 @@ REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPOSITORY_ROOT / "model_repository"
 BUILD_DIR = REPOSITORY_ROOT / ".build"
 RECIPE_FILENAME = "pipeline.toml"
+# The alert rules (a Prometheus Operator PrometheusRule) and the runbooks their runbook_url annotations point into.
+PROMETHEUS_RULE = REPOSITORY_ROOT / "k8s" / "prometheusrule.yaml"
+RUNBOOKS = REPOSITORY_ROOT / "docs" / "runbooks.md"
 
 # The composing models' roles, in ensemble order; a model is named <pipeline>_<role>.
 ROLES = ("preprocess", "core", "postprocess")
@@ -39,6 +42,8 @@ INT8_ONNX = "model_int8_qdq.onnx"
 PLAN = "model.plan"
 # Which precision the pipeline serves, written by the precision ladder (builders evaluate).
 SERVED_PRECISION = "served_precision.json"
+# The drift monitors' reference sample, per core model version (builders drift-reference).
+DRIFT_REFERENCE = "drift_reference.json"
 PROVENANCE_SUFFIX = ".json"  # <artifact>.json beside every built artifact
 PRECISION_ONNX = {"fp32": FP32_ONNX, "fp16": FP16_ONNX, "int8": INT8_ONNX}
 
@@ -106,6 +111,10 @@ class Pipeline:
         return served_onnx(self.core_version_dir)
 
     @property
+    def drift_reference(self) -> Path:
+        return drift_reference_path(self.core_version_dir)
+
+    @property
     def build_dir(self) -> Path:
         """Scratch space of this pipeline's builds: calibration sets, converted sources, reports."""
         return BUILD_DIR / "pipelines" / self.name
@@ -118,6 +127,11 @@ class Pipeline:
 def provenance_path(artifact: Path) -> Path:
     """The provenance record written beside a built artifact."""
     return artifact.with_name(artifact.name + PROVENANCE_SUFFIX)
+
+
+def drift_reference_path(version_dir: Path, filename: str = DRIFT_REFERENCE) -> Path:
+    """The drift reference of the core model version in ``version_dir`` (the models' ``drift_reference`` parameter names the file)."""
+    return version_dir / filename
 
 
 def pipelines(repository: Path = MODEL_REPOSITORY) -> list[Pipeline]:
