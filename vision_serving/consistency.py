@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import layout, model_config
+from . import layout, model_config, queue_policy
 from .model_config import ConfigError, ModelConfig
 
 ONNX_DTYPES = {1: "TYPE_FP32", 10: "TYPE_FP16", 6: "TYPE_INT32", 7: "TYPE_INT64", 3: "TYPE_INT8", 2: "TYPE_UINT8", 9: "TYPE_BOOL"}
@@ -185,7 +185,7 @@ def check_onnx(config: ModelConfig, version_dirs: list[Path]) -> list[str]:
 
 def check_model_parameters(config: ModelConfig, model_dir: Path) -> list[str]:
     """Preprocessing and postprocessing parameters agree with the tensors they describe."""
-    from . import classification, detection, preprocessing, segmentation
+    from . import classification, detection, drift, preprocessing, segmentation
 
     problems = []
     if config.backend == "openvino":
@@ -198,6 +198,8 @@ def check_model_parameters(config: ModelConfig, model_dir: Path) -> list[str]:
             preprocessing.limits_from_config(config)
         if is_detector(config):
             detection.DetectorTensors.from_config(config, detection.DetectorSpec.from_config(config))
+        if config.name.endswith(("_preprocess", "_postprocess")):
+            drift.DriftSettings.from_config(config)  # present, positive, min_samples <= window
         if "mask_mode" in config.parameters:
             segmentation.MaskSpec(model_config.parameter(config, "mask_mode"), float(model_config.parameter(config, "threshold")))
         if "labels_file" in config.parameters:
@@ -333,6 +335,7 @@ def check_pipeline(repository: Path) -> list[str]:
                 version_dirs = sorted(p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit())
                 problems += check_onnx(config, version_dirs)
     problems += check_detector_letterbox(models, layout.Pipeline.at(repository))
+    problems += queue_policy.check_pipeline(models, repository)
     # Every variant combination an ensemble can meet: each config name, falling back to config.pbtxt.
     variant_names = sorted({v for variants in models.values() for v in variants})
     for variants in models.values():

@@ -859,7 +859,9 @@ class DetectorSpec:
 
     @classmethod
     def from_config(cls, config: model_config.ModelConfig) -> DetectorSpec:
-        return cls.from_parameters({key: value.string_value for key, value in config.parameters.items()})
+        """The config's parameters but the drift monitor's (``drift_*``: vision_serving.drift)."""
+        parameters = config.parameters.items()
+        return cls.from_parameters({key: value.string_value for key, value in parameters if not key.startswith("drift_")})
 
 
 def detect(

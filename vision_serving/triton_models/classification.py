@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .. import classification, model_config
+from .. import classification, drift, model_config
 from .base import BatchedModel
+from .drift_metrics import DriftMetrics
 
 
 class TritonPythonModel(BatchedModel):
@@ -30,9 +31,14 @@ class TritonPythonModel(BatchedModel):
         self.default_k = classification.validate_k(model_config.int_parameter(config, "top_k"), self.num_classes)
         labels_path = Path(args["model_repository"]) / model_config.parameter(config, "labels_file")
         self.labels = classification.load_labels(labels_path, self.num_classes)
+        self.drift = DriftMetrics(pb_utils, args, config, counts_nonfinite=True)
+
+    def finalize(self):
+        self.drift.close()
 
     def _parse(self, request):
         logits = pb_utils.get_input_tensor_by_name(request, self.logits_name).as_numpy()
+        self.drift.check_finite(logits, self.logits_name)
         k = self.default_k
         top_k = pb_utils.get_input_tensor_by_name(request, self.top_k_name) if self.top_k_name else None
         if top_k is not None:
@@ -46,6 +52,7 @@ class TritonPythonModel(BatchedModel):
         logits = np.concatenate([item[0] for item in parsed])
         ks = [k for item_logits, k in parsed for _ in range(len(item_logits))]
         rows = classification.top_k(logits, ks, self.labels)
+        self.drift.observe(lambda: drift.classification_features(logits))
         results, start = [], 0
         for item_logits, _ in parsed:
             results.append(rows[start : start + len(item_logits)])

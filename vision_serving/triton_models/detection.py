@@ -16,8 +16,9 @@ import itertools
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .. import detection, model_config
+from .. import detection, drift, model_config
 from .base import BatchedModel
+from .drift_metrics import DriftMetrics
 
 
 class TritonPythonModel(BatchedModel):
@@ -26,6 +27,10 @@ class TritonPythonModel(BatchedModel):
         self.spec = detection.DetectorSpec.from_config(config)
         self.tensors = detection.DetectorTensors.from_config(config, self.spec)
         self.anchors = detection.ssd_anchors(self.spec.decode.anchors)
+        self.drift = DriftMetrics(pb_utils, args, config, counts_nonfinite=True)
+
+    def finalize(self):
+        self.drift.close()
 
     def _input(self, request, name):
         return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
@@ -33,6 +38,8 @@ class TritonPythonModel(BatchedModel):
     def _parse(self, request):
         raw_boxes = self._input(request, self.tensors.raw_boxes)
         raw_scores = self._input(request, self.tensors.raw_scores)
+        self.drift.check_finite(raw_boxes, self.tensors.raw_boxes)
+        self.drift.check_finite(raw_scores, self.tensors.raw_scores)
         sizes = self._input(request, self.tensors.image_size)
         threshold = None
         if self.tensors.score_threshold is not None:
@@ -53,6 +60,7 @@ class TritonPythonModel(BatchedModel):
             np.concatenate([item[3] for item in parsed]),
             self.anchors,
         )
+        self.drift.observe(lambda: drift.detection_features(found.scores, found.counts))
         starts = np.cumsum([0, *counts])
         return [found.take(int(start), int(stop)) for start, stop in itertools.pairwise(starts)]
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .. import model_config, preprocessing
+from .. import drift, model_config, preprocessing
 from .base import BatchedModel
 from .batching import split_rows
+from .drift_metrics import DriftMetrics
 from .errors import triton_error
 
 
@@ -36,18 +37,26 @@ class TritonPythonModel(BatchedModel):
         self.input_name = model_config.only_tensor(config, "input").name
         self.pixels_name, self.sizes_name = _outputs(config)
         self.logger = pb_utils.Logger
+        self.drift = DriftMetrics(pb_utils, args, config)
 
     def _parse(self, request):
         payloads = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
-        return preprocessing.decode_payloads_reduced(payloads, self.limits, self.minimum)
+        decoded = preprocessing.decode_payloads_reduced(payloads, self.limits, self.minimum)
+        return (decoded, *drift.payload_facts(payloads.reshape(-1)))
 
-    def _compute(self, decoded_per_request):
-        items = [item for decoded in decoded_per_request for item in decoded]
-        counts = [len(decoded) for decoded in decoded_per_request]
-        pixels = split_rows(preprocessing.preprocess_batch([item.image for item in items], self.spec), counts)
+    def _compute(self, parsed):
+        items = [item for decoded, _, _ in parsed for item in decoded]
+        counts = [len(decoded) for decoded, _, _ in parsed]
+        images = [item.image for item in items]
         # The photos' own sizes (postprocessing maps results back to them), not the reduced decode's.
-        sizes = split_rows(preprocessing.original_sizes(items), counts)
-        return list(zip(pixels, sizes))
+        original = preprocessing.original_sizes(items)
+        pixels = split_rows(preprocessing.preprocess_batch(images, self.spec), counts)
+        self.drift.observe(
+            lambda: drift.image_features(
+                images, original, [n for _, sizes, _ in parsed for n in sizes], [f for _, _, formats in parsed for f in formats]
+            )
+        )
+        return list(zip(pixels, split_rows(original, counts)))
 
     def _respond(self, result):
         pixels, sizes = result
@@ -55,6 +64,9 @@ class TritonPythonModel(BatchedModel):
         if self.sizes_name is not None:
             outputs.append(pb_utils.Tensor(self.sizes_name, np.ascontiguousarray(sizes)))
         return pb_utils.InferenceResponse(output_tensors=outputs)
+
+    def finalize(self):
+        self.drift.close()
 
     def _fail(self, error):
         if not isinstance(error, ValueError):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .. import model_config, segmentation
+from .. import drift, model_config, segmentation
 from .base import BatchedModel
+from .drift_metrics import DriftMetrics
 
 
 class TritonPythonModel(BatchedModel):
@@ -25,14 +26,25 @@ class TritonPythonModel(BatchedModel):
             mode=model_config.parameter(config, "mask_mode"),
             threshold=float(model_config.parameter(config, "threshold")),
         )
+        self.drift = DriftMetrics(pb_utils, args, config, counts_nonfinite=True)
+
+    def finalize(self):
+        self.drift.close()
 
     def _parse(self, request):
         probabilities = pb_utils.get_input_tensor_by_name(request, self.probabilities_name).as_numpy()
+        self.drift.check_finite(probabilities, self.probabilities_name)
         sizes = pb_utils.get_input_tensor_by_name(request, self.sizes_name).as_numpy()
         return probabilities, sizes
 
     def _compute(self, parsed):
-        return [segmentation.masks(probabilities, sizes, self.spec) for probabilities, sizes in parsed]
+        results = [segmentation.masks(probabilities, sizes, self.spec) for probabilities, sizes in parsed]
+        self.drift.observe(
+            lambda: drift.segmentation_features(
+                np.concatenate([probabilities for probabilities, _ in parsed]), [mask.coverage for masks in results for mask in masks]
+            )
+        )
+        return results
 
     def _respond(self, masks):
         png = np.array([[mask.png] for mask in masks], dtype=np.object_)

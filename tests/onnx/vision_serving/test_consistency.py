@@ -108,6 +108,15 @@ def test_command_line_lists_problems_and_exits_1(root, copied):
         ("preprocess", "config.pbtxt", 'string_value: "bicubic"', 'string_value: "lanczos"', "interpolation 'lanczos'"),
         ("preprocess", "config.pbtxt", 'string_value: "NCHW"', 'string_value: "NHWC"', "not a square 3-channel NHWC image"),
         ("postprocess", "config.pbtxt", 'string_value: "5"', 'string_value: "0"', "TOP_K must be between 1 and 1000"),
+        (
+            "postprocess",
+            "config.pbtxt",
+            'string_value: "128"',
+            'string_value: "1024"',
+            "drift_min_samples 1024 is larger than drift_window 512",
+        ),
+        ("preprocess", "config.pbtxt", 'string_value: "32" }', 'string_value: "0" }', "drift_update_every must be positive"),
+        ("preprocess", "config.pbtxt", '{ key: "drift_window"', '{ key: "drift_windows"', "missing drift parameters ['drift_window']"),
         ("ensemble", "config.pbtxt", "max_batch_size: 32", "max_batch_size: 64", "ensemble max_batch_size 64 exceeds"),
         ("preprocess", "config.pbtxt", "data_type: TYPE_STRING", "data_type: TYPE_STRNG", "image_classifier_preprocess/config.pbtxt"),
         (
