@@ -1,7 +1,8 @@
 """``python -m builders all``: every CPU build step of every pipeline, in order, with its recipe's options.
 
 Per pipeline: export -> check (FP32) -> select-precision (quantize + check of
-the INT8 model + the task's gate, FP16 if INT8 fails, FP32 last). Each step
+the INT8 model + the task's gate, FP16 if INT8 fails, FP32 last) -> check of the
+served model -> drift-reference (the drift monitors' reference sample). Each step
 skips itself when its recorded inputs are unchanged, so a second run is quick.
 The first failing step stops the run with its exit code (1: a check failed,
 2: a usage or configuration error). ``build-engine`` is not part of it: it
@@ -33,7 +34,7 @@ def check_step(path: Path, log: Log) -> None:
 
 def steps(pipeline: Pipeline, force: bool) -> list[tuple[str, Callable[[Log], object]]]:
     """The named steps of one pipeline, as calls with typed options."""
-    from builders import export, precision
+    from builders import drift_reference, export, precision
 
     def check_served(log: Log) -> None:
         served = precision.served_onnx(pipeline)
@@ -45,6 +46,7 @@ def steps(pipeline: Pipeline, force: bool) -> list[tuple[str, Callable[[Log], ob
         ("check", lambda log: check_step(pipeline.onnx("fp32"), log)),
         ("select-precision", lambda log: precision.select_precision(pipeline.repository, log=log)),
         ("check-served", check_served),
+        ("drift-reference", lambda log: drift_reference.build(pipeline.repository, force=force, log=log)),
     ]
 
 

@@ -99,6 +99,24 @@ def _add_select_precision(subparsers: argparse._SubParsersAction[argparse.Argume
     parser.set_defaults(run=precision.run_from_args)
 
 
+def _add_drift_reference(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    from builders import drift_reference
+
+    parser = subparsers.add_parser(
+        "drift-reference",
+        parents=[common],
+        help="the drift monitors' reference: held-out photos through the served code path, their features",
+        description=(
+            "Run the precision ladder's held-out photos and their seeded augmentations through the served decode, "
+            "preprocessing, core ONNX (as configs/cpu.pbtxt serves it) and postprocessing, in-process, and write the "
+            "preprocess and postprocess models' drift features to <pipeline>_core/<version>/drift_reference.json "
+            "(the highest version). Does nothing when the recorded input hash is unchanged."
+        ),
+    )
+    drift_reference.add_arguments(parser)
+    parser.set_defaults(run=drift_reference.run_from_args)
+
+
 def _add_new_pipeline(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     def run(args: argparse.Namespace) -> int:
         from builders import scaffold
@@ -222,6 +240,7 @@ STEPS: tuple[StepAdder, ...] = (
     _add_quantize,
     _add_evaluate,
     _add_select_precision,
+    _add_drift_reference,
     tensorrt_engine.add_build_engine_step,
     tensorrt_engine.add_verify_plan_step,
     _add_all,
