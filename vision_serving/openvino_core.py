@@ -22,6 +22,7 @@ call blocks the Python model instance's thread until its outputs are ready.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +78,13 @@ class OpenVinoCore:
         )
         self.compiled = core.compile_model(model, "CPU", self.properties)
         self._ports = [self.compiled.output(name) for name in self.output_names]
-        self._request = self.compiled.create_infer_request()
+        self._local = threading.local()  # one infer request per calling thread (a request is not thread-safe)
         core_model.check_output_shapes(config, self.run, "ONNX")
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The outputs, in config order (copies: the request's buffers are reused)."""
-        results = self._request.infer(feeds, share_inputs=True, share_outputs=False)
+        """The outputs, in config order (copies: the request's buffers are reused). Callable from several threads."""
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self.compiled.create_infer_request()
+        results = request.infer(feeds, share_inputs=True, share_outputs=False)
         return [np.asarray(results[port]) for port in self._ports]

@@ -110,3 +110,26 @@ def test_bad_parameters_are_refused(openvino_config, key, value, message):
         core_model.runtime(config)
         core_model.model_parameter(config)
         compile_properties(config)
+
+
+def test_run_from_several_threads_answers_each_its_own_input(tmp_path, openvino_config):
+    """One infer request per calling thread: concurrent callers (a threaded service) never get another's outputs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    config = model_config.ModelConfig()
+    config.CopyFrom(openvino_config)
+    config.parameters["precision"].string_value = "fp32"
+    config.output[0].dims[:] = [3]
+    pooled_model(tmp_path / layout.FP32_ONNX, config.input[0].name, config.output[0].name)
+    core = OpenVinoCore(config, tmp_path)
+
+    def check(worker: int) -> bool:
+        ok = True
+        for step in range(40):
+            value = float(worker * 100 + step)
+            (pooled,) = core.run({config.input[0].name: np.full((2, 3, 224, 224), value, np.float32)})
+            ok &= bool(np.allclose(pooled, value))
+        return ok
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert all(pool.map(check, range(4)))
