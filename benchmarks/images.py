@@ -39,6 +39,7 @@ PHONE_NOISE_SIGMA = 6.5  # grey levels: sensor-like noise, so 12 MP compresses t
 PHONE_ROTATED_ORIENTATION = 6  # EXIF: rotate 90 degrees clockwise to display (a portrait shot)
 MIX_SHARES = {"thumbnail": 0.2, "web": 0.6, "phone": 0.2}
 MIXES = ("web", "thumbnail", "phone", "mix")
+DEFAULT_MIX = "web"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ library and configs as the served models. By default onnxruntime and OpenCV
 keep their default thread settings, as in a service written without tuning;
 ``BENCH_NAIVE_TUNED=1`` gives it the served settings instead (one intra-op
 thread, OpenCV's pool as configured), to separate what thread tuning buys
-from what Triton buys.
+from what Triton buys. ``BENCH_CORE_CONFIG=cpu_openvino`` runs the core on
+OpenVINO (its default thread count), the naive counterpart of the OpenVINO
+ensemble: the same runtime on both sides of the comparison.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from vision_serving.image_codec import ImageError
 
 REPOSITORY_ENV = "BENCH_MODEL_REPOSITORY"
 TUNED_ENV = "BENCH_NAIVE_TUNED"
+CORE_CONFIG_ENV = "BENCH_CORE_CONFIG"
 
 app = FastAPI(title="naive image classifier")
 pipeline = Pipeline(
     Path(os.environ.get(REPOSITORY_ENV, layout.MODEL_REPOSITORY)),
     library_defaults=os.environ.get(TUNED_ENV) != "1",
+    core_config_name=os.environ.get(CORE_CONFIG_ENV, "cpu"),
 )
 
 

@@ -8,7 +8,13 @@ in-process limit and the naive service do exactly the served work.
 ``library_defaults=True`` keeps the served computation but not the served
 thread settings: an onnxruntime session with default options (one intra-op
 thread per CPU, spinning) and OpenCV's default thread pool, which is what a
-service written without tuning gets (the naive baseline).
+service written without tuning gets (the naive baseline); with an OpenVINO
+``core_config_name`` the same config with OpenVINO's default thread count.
+
+``decode``: ``served`` decodes as the preprocess model does (JPEGs at the DCT
+scale the resize needs); ``opencv`` is the decoder before that
+(``cv2.imdecode`` at full size, EXIF applied: main at 79b1611), the reference
+of the issue's in-process limit.
 """
 
 from __future__ import annotations
@@ -18,13 +24,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from benchmarks import CLASSIFIER
-from vision_serving import classification, core_model, layout, model_config, preprocessing
+from vision_serving import classification, core_model, image_codec, layout, model_config, preprocessing
 from vision_serving.onnx_core import OnnxCore
 
 CORE_CONFIG_NAME = "cpu"
+DECODERS = ("served", "opencv")
+
+
+def opencv_decode(data: bytes) -> np.ndarray:
+    """The decoder before reduced decoding: OpenCV, full size, EXIF orientation applied, RGB."""
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if image is None:
+        raise image_codec.ImageError("OpenCV could not decode the image")
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
 class Pipeline:
@@ -34,25 +50,40 @@ class Pipeline:
         core_config_name: str = CORE_CONFIG_NAME,
         library_defaults: bool = False,
         pipeline: str = CLASSIFIER.name,
+        decode: str = "served",
+        intra_op_threads: int | None = None,
     ):
         """``repository``: the model repository holding the pipelines (what the server is given)."""
         served = layout.pipeline(pipeline, Path(repository))
         preprocess_config = model_config.load_config(served.model_dir("preprocess"))
         self.spec = preprocessing.PreprocessSpec.from_config(preprocess_config)
         self.limits = preprocessing.limits_from_config(preprocess_config)
+        if decode not in DECODERS:
+            raise ValueError(f"decode {decode!r} is not one of {DECODERS}")
+        self.decode = decode
+        self.minimum = preprocessing.decode_minimum(self.spec)
         # The served thread settings: OpenCV's pool as the preprocess model sets it.
         opencv_threads = 0 if library_defaults else model_config.int_parameter(preprocess_config, "opencv_threads", 0)
         preprocessing.set_threads(opencv_threads)
-        if library_defaults:  # the naive baseline: onnxruntime with its default session options
+        core_config = model_config.load_config(served.core_dir, core_config_name)
+        self.runtime = model_config.parameter(core_config, "runtime", "onnxruntime")
+        if intra_op_threads is not None:  # e.g. one single request on 2 threads
+            core_config.parameters["intra_op_threads" if self.runtime == "onnxruntime" else "inference_threads"].string_value = str(
+                intra_op_threads
+            )
+        if library_defaults and self.runtime == "openvino":  # naive on OpenVINO: its default thread count
+            core_config.parameters["inference_threads"].string_value = "0"
+            self.core: core_model.Core = core_model.load(core_config, served.core_version_dir)
+        elif library_defaults:  # the naive baseline: onnxruntime with its default session options
             core_config = model_config.load_config(served.core_dir, "cpu_onnxruntime")
             onnx_core = OnnxCore(core_config, served.core_version_dir)
             import onnxruntime
 
             onnx_path = core_model.onnx_path(core_config, served.core_version_dir)
             onnx_core.session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-            self.core: core_model.Core = onnx_core
-        else:  # the served core: its runtime and precision, as the cpu config names them
-            self.core = core_model.load(model_config.load_config(served.core_dir, core_config_name), served.core_version_dir)
+            self.core = onnx_core
+        else:  # the served core: its runtime and precision, as the config names them
+            self.core = core_model.load(core_config, served.core_version_dir)
         (self.core_input,) = self.core.input_names
         postprocess_config = model_config.load_config(served.model_dir("postprocess"))
         logits = model_config.tensors_by_role(postprocess_config).required_input("FP32")
@@ -62,9 +93,14 @@ class Pipeline:
             served.model_dir("postprocess") / model_config.parameter(postprocess_config, "labels_file"), num_classes
         )
 
+    def decode_all(self, payloads: list[bytes]) -> list[np.ndarray]:
+        if self.decode == "opencv":
+            return [opencv_decode(data) for data in payloads]
+        items = np.array(payloads, dtype=np.object_)
+        return [item.image for item in preprocessing.decode_payloads_reduced(items, self.limits, self.minimum)]
+
     def preprocess(self, payloads: list[bytes]) -> np.ndarray:
-        decoded = preprocessing.decode_payloads(np.array(payloads, dtype=np.object_), self.limits)
-        return preprocessing.preprocess_batch(decoded, self.spec)
+        return preprocessing.preprocess_batch(self.decode_all(payloads), self.spec)
 
     def finish(self, batch: np.ndarray) -> list[classification.TopK]:
         (logits,) = self.core.run({self.core_input: batch})
@@ -145,15 +181,18 @@ def measure_parallel(pipeline: Pipeline, payloads: list[bytes], batch_size: int,
 MODES = ("sequential", "pipelined", "parallel")
 
 
-def measure(repository: Path, payloads: list[bytes], batch_sizes: list[int], duration_s: float, modes=MODES) -> list[dict]:
+def measure(
+    repository: Path, payloads: list[bytes], batch_sizes: list[int], duration_s: float, modes=MODES, **pipeline_options
+) -> list[dict]:
     """The in-process limit: every mode at every batch size; the best row is the limit.
 
     sequential: one thread. pipelined: preprocessing of the next batch overlaps
     the core. parallel: one thread per CPU, each doing everything. The served
     session options are used throughout; which mode wins depends on them (a
-    single-threaded session needs parallel threads to use the machine).
+    single-threaded session needs parallel threads to use the machine). ``pipeline_options``:
+    :class:`Pipeline`'s (core config, decoder).
     """
-    pipeline = Pipeline(repository)
+    pipeline = Pipeline(repository, **pipeline_options)
     workers = max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2))
     rows = []
     for size in batch_sizes:
@@ -176,7 +215,16 @@ def _with_cpu(function, *args) -> dict:
     return row
 
 
-def measure_again(repository: Path, payloads: list[bytes], row: dict, duration_s: float) -> dict:
+def measure_again(repository: Path, payloads: list[bytes], row: dict, duration_s: float, **pipeline_options) -> dict:
     """The same mode and batch size as ``row`` once more (drift check at the end of a run)."""
     mode = row["mode"].split()[0]
-    return measure(repository, payloads, [row["batch_size"]], duration_s, modes=(mode,))[0]
+    return measure(repository, payloads, [row["batch_size"]], duration_s, modes=(mode,), **pipeline_options)[0]
+
+
+def measure_single_request(repository: Path, payloads: list[bytes], duration_s: float, threads: int = 2) -> dict:
+    """One request at a time, batch 1, the served decoder, onnxruntime FP32 on ``threads`` intra-op threads:
+    the latency a request could have with nothing else to do (the c=1 reference)."""
+    pipeline = Pipeline(repository, core_config_name="cpu_onnxruntime", intra_op_threads=threads)
+    row = _with_cpu(measure_sequential, pipeline, payloads, 1, duration_s)
+    row["mode"] = f"single request, {threads} threads"
+    return row

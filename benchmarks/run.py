@@ -1,17 +1,25 @@
 """Benchmark the image_classifier ensemble against the in-process limit and a naive service, in one run.
 
-    .venv/bin/python -m benchmarks.run [--quick] [--concurrency 1,2,4,8,16,32] [--duration S]
+    .venv/bin/python -m benchmarks.run [--quick] [--mixes web,phone,mix] [--concurrency 1,4,16] [--duration S]
 
-Measured, on the same real JPEG photos (benchmarks/images.py):
+Measured for each upload mix (benchmarks/images.py: web photos, 12 MP phone
+photos, a mix with thumbnails), on the same real JPEG photos:
 
-- in-process limit: decode + preprocess + core (onnxruntime, the served session
-  options) + top-k in this Python process, batched, no server;
-- ensemble_grpc / ensemble_http: the ensemble through tritonclient, a
+- inprocess: the in-process limit: decode (as served) + preprocess + core
+  (onnxruntime FP32, the served session options) + top-k in this Python
+  process, batched, no server; inprocess_reference: the same before reduced
+  decoding (OpenCV full-size decode, batch 8, one thread per CPU: the issue's
+  limit); inprocess_openvino: the same on OpenVINO (configs/cpu_openvino.pbtxt);
+- single_request: one request at a time in-process, onnxruntime FP32 on two
+  threads (the c=1 reference);
+- ensemble_grpc (onnxruntime, the default cpu config) / ensemble_openvino (a
+  second server with --model-config-name=cpu_openvino) / ensemble_http: a
   closed-loop concurrency sweep, with per-model batch size, queue and compute
   time from Triton's statistics API over each measurement window;
 - naive: a FastAPI app (uvicorn, 1 worker) doing the same work per request,
-  onnxruntime and OpenCV with their default thread settings (naive_tuned:
-  the same app with the served thread settings, fewer levels);
+  onnxruntime and OpenCV with their default thread settings (naive_openvino:
+  the same on OpenVINO, compared with ensemble_openvino; naive_tuned: the
+  same app with the served thread settings);
 - core_grpc: the core model alone with preprocessed float tensors (transport
   vs compute);
 - perf_analyzer: NVIDIA's load generator on the ensemble with the same JPEGs,
@@ -49,43 +57,67 @@ WORK_DIR = BUILD_DIR / "bench"
 QUICK_DIR = WORK_DIR / "quick"
 # Triton model names: the ensemble and its composing models (statistics are keyed by these).
 STAT_MODELS = [CLASSIFIER.name, *(CLASSIFIER.model_name(role) for role in ("preprocess", "core", "postprocess"))]
-ALL_SYSTEMS = ("inprocess", "ensemble_grpc", "ensemble_http", "naive", "naive_tuned", "core_grpc", "perf_analyzer")
-NAIVE_SYSTEMS = ("naive", "naive_tuned")
+ALL_SYSTEMS = (
+    "inprocess",
+    "inprocess_reference",
+    "inprocess_openvino",
+    "single_request",
+    "ensemble_grpc",
+    "ensemble_openvino",
+    "ensemble_http",
+    "naive",
+    "naive_openvino",
+    "naive_tuned",
+    "core_grpc",
+    "perf_analyzer",
+)
+NAIVE_SYSTEMS = ("naive", "naive_openvino", "naive_tuned")
+OPENVINO_CONFIG = "cpu_openvino"  # OpenVINO at the served precision (FP32 for the classifier: docs/design.md)
+REFERENCE_BATCH = 8  # the issue's in-process limit: batch 8, one worker per CPU
+
+
+DEFAULT_SYSTEMS = tuple(name for name in ALL_SYSTEMS if name not in ("ensemble_http", "naive_tuned", "core_grpc"))
 
 
 @dataclass
 class Options:
-    concurrencies: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
-    duration_s: float = 10.0
-    warmup_s: float = 3.0
-    batch_sizes: list[int] = field(default_factory=lambda: [1, 8, 16, 32])
-    inprocess_duration_s: float = 4.0
+    """Defaults: the full run (about 12 minutes on 2 CPUs): three upload mixes, three concurrency levels."""
+
+    concurrencies: list[int] = field(default_factory=lambda: [1, 4, 16])
+    duration_s: float = 6.0
+    warmup_s: float = 2.0
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 8])
+    inprocess_duration_s: float = 3.0
     # Concurrencies for the secondary systems (None: all of `concurrencies`).
+    naive_concurrencies: list[int] | None = field(default_factory=lambda: [1, 16])
     http_concurrencies: list[int] | None = None
     core_concurrencies: list[int] | None = None
     naive_tuned_concurrencies: list[int] | None = field(default_factory=lambda: [4, 16])
-    pa_concurrencies: list[int] | None = None
-    pa_measurement_ms: int = 4000  # x 3 windows
+    pa_concurrencies: list[int] | None = field(default_factory=lambda: [1, 16])
+    pa_measurement_ms: int = 2500  # x 3 windows
     pa_max_trials: int = 3
-    systems: tuple[str, ...] = ALL_SYSTEMS
+    pa_mixes: tuple[str, ...] = ("web",)
+    systems: tuple[str, ...] = DEFAULT_SYSTEMS
+    mixes: tuple[str, ...] = ("web", "phone", "mix")
     sizes: tuple[int, ...] = images.SIZES
     quick: bool = False
     command: str = ""
 
     @classmethod
     def quick_mode(cls) -> Options:
-        """Smoke run, < 90 s: two concurrencies, short windows, one level for the secondary systems."""
+        """Smoke run, about 3 minutes: two concurrencies, short windows, web and phone photos."""
         return cls(
             concurrencies=[1, 16],
             duration_s=2.5,
             warmup_s=1.0,
-            batch_sizes=[1, 8],
+            batch_sizes=[8],
             inprocess_duration_s=1.5,
             http_concurrencies=[16],
             core_concurrencies=[16],
             naive_tuned_concurrencies=[16],
             pa_concurrencies=[16],
             pa_measurement_ms=1500,
+            mixes=("web", "phone"),
             quick=True,
         )
 
@@ -137,20 +169,22 @@ def _log(message: str) -> None:
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
-def run_benchmark(options: Options, server, output_dir: Path | None = None) -> dict:
-    """Measure every selected system; ``server`` has ``grpc_url``, ``http_url`` and ``model_repository``."""
+def run_benchmark(options: Options, server, output_dir: Path | None = None, openvino_server=None, mix: str = images.DEFAULT_MIX) -> dict:
+    """Measure every selected system on one upload mix; ``server`` (and ``openvino_server``, serving
+    ``configs/cpu_openvino.pbtxt``, for ``ensemble_openvino``) has ``grpc_url``, ``http_url`` and ``model_repository``."""
     work_dir = Path(output_dir or WORK_DIR)
     work_dir.mkdir(parents=True, exist_ok=True)
     repository = Path(getattr(server, "model_repository", MODEL_REPOSITORY))
     started = time.time()
     load_start = os.getloadavg()
-    payload_set = images.jpeg_payloads(sizes=options.sizes)
+    payload_set = images.upload_mix(mix) if mix != "legacy" else images.jpeg_payloads(sizes=options.sizes)
     payloads = [p.data for p in payload_set]
     reference = pipeline.Pipeline(repository)
     top_k, num_classes = reference.top_k, len(reference.labels)
 
     results: dict = {
         "schema": 1,
+        "mix": mix,
         "command": options.command,
         "quick": options.quick,
         "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
@@ -175,34 +209,62 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None) -> d
     results["server"] = {"triton_version": grpc_client.get_server_metadata(as_json=True).get("version")}
 
     if "inprocess" in options.systems:
-        _log(f"in-process limit, batch sizes {options.batch_sizes}")
+        _log(f"{mix}: in-process limit (served decoder, onnxruntime FP32), batch sizes {options.batch_sizes}")
         results["inprocess"] = pipeline.measure(repository, payloads, options.batch_sizes, options.inprocess_duration_s)
+    if "inprocess_reference" in options.systems:
+        _log(f"{mix}: in-process limit before reduced decoding (OpenCV full decode, onnxruntime FP32), batch {REFERENCE_BATCH}")
+        results["inprocess_reference"] = pipeline.measure(
+            repository, payloads, [REFERENCE_BATCH], options.inprocess_duration_s, modes=("parallel",), decode="opencv"
+        )
+    if "inprocess_openvino" in options.systems:
+        _log(f"{mix}: in-process limit on OpenVINO ({OPENVINO_CONFIG}), batch {REFERENCE_BATCH}")
+        results["inprocess_openvino"] = pipeline.measure(
+            repository, payloads, [REFERENCE_BATCH], options.inprocess_duration_s, modes=("parallel",), core_config_name=OPENVINO_CONFIG
+        )
+    if "single_request" in options.systems:
+        _log(f"{mix}: one request at a time in-process (onnxruntime FP32, 2 threads)")
+        results["single_request"] = pipeline.measure_single_request(repository, payloads, max(2.0, options.inprocess_duration_s))
     del reference
 
     naive_reason = systems.naive_service_available() if set(NAIVE_SYSTEMS) & set(options.systems) else None
     if naive_reason:
         for name in set(NAIVE_SYSTEMS) & set(options.systems):
             results["skipped"][name] = naive_reason
+    if "ensemble_openvino" in options.systems and openvino_server is None:
+        results["skipped"]["ensemble_openvino"] = "no server with --model-config-name=cpu_openvino was given"
     core_tensors = np.empty((0,), dtype=np.float32)
     if "core_grpc" in options.systems:
         core_tensors = pipeline.Pipeline(repository).preprocess(payloads[: min(8, len(payloads))])
 
+    def wanted(name: str, levels: list[int] | None) -> list[int]:
+        if name not in options.systems or name in results["skipped"]:
+            return []
+        return _levels(levels, options.concurrencies)
+
     plan = {
-        "ensemble_grpc": options.concurrencies if "ensemble_grpc" in options.systems else [],
-        "naive": options.concurrencies if "naive" in options.systems and not naive_reason else [],
-        "naive_tuned": _levels(options.naive_tuned_concurrencies, options.concurrencies)
-        if "naive_tuned" in options.systems and not naive_reason
-        else [],
-        "ensemble_http": _levels(options.http_concurrencies, options.concurrencies) if "ensemble_http" in options.systems else [],
-        "core_grpc": _levels(options.core_concurrencies, options.concurrencies) if "core_grpc" in options.systems else [],
+        "ensemble_grpc": wanted("ensemble_grpc", None),
+        "ensemble_openvino": wanted("ensemble_openvino", None),
+        "naive": wanted("naive", options.naive_concurrencies),
+        "naive_openvino": wanted("naive_openvino", options.naive_concurrencies),
+        "naive_tuned": wanted("naive_tuned", options.naive_tuned_concurrencies),
+        "ensemble_http": wanted("ensemble_http", options.http_concurrencies),
+        "core_grpc": wanted("core_grpc", options.core_concurrencies),
     }
     factories = {
         "ensemble_grpc": lambda: systems.ensemble_sender("grpc", server.grpc_url, payloads, top_k),
         "ensemble_http": lambda: systems.ensemble_sender("http", server.http_url, payloads, top_k),
         "core_grpc": lambda: systems.core_sender(server.grpc_url, core_tensors, num_classes),
     }
+    if openvino_server is not None:
+        factories["ensemble_openvino"] = lambda: systems.ensemble_sender("grpc", openvino_server.grpc_url, payloads, top_k)
+    servers = {"ensemble_openvino": openvino_server}
     services = {
-        name: systems.NaiveService(repository, work_dir / f"{name}_service.log", tuned=name == "naive_tuned")
+        name: systems.NaiveService(
+            repository,
+            work_dir / f"{name}_service.log",
+            tuned=name == "naive_tuned",
+            core_config=OPENVINO_CONFIG if name == "naive_openvino" else None,
+        )
         for name in NAIVE_SYSTEMS
         if plan[name]
     }
@@ -211,13 +273,14 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None) -> d
             _log(f"starting the {name} service (uvicorn, 1 worker)")
             service.start()
             factories[name] = functools.partial(systems.naive_sender, service.port, payloads, top_k)
-        levels = sorted({c for wanted in plan.values() for c in wanted})
+        levels = sorted({c for wanted_levels in plan.values() for c in wanted_levels})
         for concurrency in levels:
-            for name, wanted in plan.items():
-                if concurrency not in wanted:
+            for name, wanted_levels in plan.items():
+                if concurrency not in wanted_levels:
                     continue
-                window = triton_stats.WindowStats(server.grpc_url, STAT_MODELS) if name not in NAIVE_SYSTEMS else None
-                usage = cpu.WindowCPU(_server_pid(services.get(name, server)))
+                target = servers.get(name) or server
+                window = triton_stats.WindowStats(target.grpc_url, STAT_MODELS) if name not in NAIVE_SYSTEMS else None
+                usage = cpu.WindowCPU(_server_pid(services.get(name, target)))
 
                 def window_start(window=window, usage=usage) -> None:
                     if window:
@@ -243,7 +306,7 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None) -> d
                 row = measured.as_dict()
                 results["systems"].setdefault(name, []).append(row)
                 _log(
-                    f"{name:14s} c={concurrency:<3d} {row['throughput']:7.1f} req/s  "
+                    f"{mix}: {name:17s} c={concurrency:<3d} {row['throughput']:7.1f} req/s  "
                     f"p50 {row['p50_ms'] or 0:7.1f} ms  p99 {row['p99_ms'] or 0:7.1f} ms  errors {row['errors']}  "
                     f"server CPU {row.get('server_cpu_ms_per_request') or 0:5.1f} ms/req"
                     + (f"  core batch {window.result.get(systems.CORE, {}).get('avg_batch')}" if window else "")
@@ -252,14 +315,14 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None) -> d
         for service in services.values():
             service.stop()
 
-    if "perf_analyzer" in options.systems:
+    if "perf_analyzer" in options.systems and mix in options.pa_mixes:
         if pa.binary() is None:
             results["skipped"]["perf_analyzer"] = "perf_analyzer not found (tritonclient[all]==2.51.0 ships it)"
         else:
             data_file = pa.write_input_data(payloads, work_dir / "perf_analyzer_input.json")
             rows = []
             for concurrency in _levels(options.pa_concurrencies, options.concurrencies):
-                _log(f"perf_analyzer c={concurrency}")
+                _log(f"{mix}: perf_analyzer c={concurrency}")
                 row = pa.measure(
                     server.grpc_url,
                     systems.ENSEMBLE,
@@ -276,7 +339,7 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None) -> d
     if "inprocess" in options.systems and results["inprocess"]:
         # The limit again at the end: drift in background load shows as a difference.
         best = max(results["inprocess"], key=lambda row: row["throughput"])
-        _log(f"in-process limit again ({best['mode']}, batch {best['batch_size']})")
+        _log(f"{mix}: in-process limit again ({best['mode']}, batch {best['batch_size']})")
         results["inprocess_end"] = pipeline.measure_again(repository, payloads, best, options.inprocess_duration_s)
 
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -307,7 +370,12 @@ def parse_args(argv: list[str] | None) -> tuple[Options, argparse.Namespace]:
     parser.add_argument("--duration", type=float, help="measurement window per level, seconds (default 10; quick 2.5)")
     parser.add_argument("--warmup", type=float, help="warm-up before each window, seconds (default 3; quick 1)")
     parser.add_argument("--batch-sizes", type=_int_list, help="in-process batch sizes (default 1,8,16,32)")
-    parser.add_argument("--systems", help=f"comma-separated subset of {','.join(ALL_SYSTEMS)}")
+    parser.add_argument(
+        "--systems", help=f"comma-separated subset of {','.join(ALL_SYSTEMS)} (default: all but ensemble_http, naive_tuned, core_grpc)"
+    )
+    parser.add_argument(
+        "--mixes", help=f"comma-separated upload mixes, of {','.join(images.MIXES)} (default web,phone,mix; benchmarks/images.py)"
+    )
     parser.add_argument(
         "--output",
         type=Path,
@@ -326,7 +394,13 @@ def parse_args(argv: list[str] | None) -> tuple[Options, argparse.Namespace]:
     options = Options.quick_mode() if args.quick else Options()
     if args.concurrency:
         options.concurrencies = args.concurrency
-        for attribute in ("http_concurrencies", "core_concurrencies", "naive_tuned_concurrencies", "pa_concurrencies"):
+        for attribute in (
+            "naive_concurrencies",
+            "http_concurrencies",
+            "core_concurrencies",
+            "naive_tuned_concurrencies",
+            "pa_concurrencies",
+        ):
             wanted = getattr(options, attribute)
             if wanted is not None:
                 setattr(options, attribute, [c for c in wanted if c in args.concurrency] or [max(args.concurrency)])
@@ -343,6 +417,12 @@ def parse_args(argv: list[str] | None) -> tuple[Options, argparse.Namespace]:
         if unknown:
             parser.error(f"unknown systems {sorted(unknown)}; known: {', '.join(ALL_SYSTEMS)}")
         options.systems = chosen
+    if args.mixes:
+        chosen = tuple(item.strip() for item in args.mixes.split(",") if item.strip())
+        unknown = set(chosen) - set(images.MIXES)
+        if unknown:
+            parser.error(f"unknown mixes {sorted(unknown)}; known: {', '.join(images.MIXES)}")
+        options.mixes = chosen
     if bool(args.grpc_url) != bool(args.http_url):
         parser.error("--grpc-url and --http-url go together")
     if args.output is None:
@@ -358,6 +438,45 @@ class _RunningServer:
     model_repository: Path
 
 
+def _status_bytes(pid: int, field: str) -> int | None:
+    """A memory field of /proc/PID/status (VmRSS, VmHWM: peak RSS) in bytes."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def memory_per_instance(server: LocalTritonServer) -> dict:
+    """RSS now and at its peak of tritonserver and each Python-backend stub (one per model instance), MiB."""
+    if server.process is None:
+        return {}
+    pid = server.process.pid
+
+    def entry(process: int) -> dict:
+        return {key: round((_status_bytes(process, field) or 0) / 2**20, 1) for key, field in (("rss_mib", "VmRSS"), ("peak_mib", "VmHWM"))}
+
+    return {"tritonserver": entry(pid), "instances": {name: entry(stub) for name, stub in sorted(loadgen.stub_processes(pid).items())}}
+
+
+def _start_server(repository: Path, config_name: str, name: str) -> LocalTritonServer:
+    log_file = WORK_DIR / f"tritonserver{name}.log"
+    log_file.write_bytes(b"")
+    server = LocalTritonServer(
+        http_port=systems.free_port(),
+        grpc_port=systems.free_port(),
+        metrics_port=systems.free_port(),
+        model_repository=repository,
+        log_file=log_file,
+        config_name=config_name,
+    )
+    _log(f"starting tritonserver (model config {config_name})")
+    server.start()
+    return server
+
+
 def main(argv: list[str] | None = None) -> int:
     options, args = parse_args(argv)
     if args.render_only:
@@ -367,34 +486,46 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"rewrote {args.output}/results.md and plot.png")
         return 0
     _log(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
-    server: LocalTritonServer | None = None
+    started = time.time()
+    servers: list[LocalTritonServer] = []
     target: LocalTritonServer | _RunningServer
+    openvino: LocalTritonServer | None = None
+    runs: dict[str, dict] = {}
+    memory: dict[str, dict] = {}
     try:
         if args.grpc_url:
             target = _RunningServer(args.grpc_url, args.http_url, args.model_repository.resolve())
         else:
-            from devtools.triton_server import build_artifacts
+            from devtools.triton_server import DEFAULT_CONFIG_NAME, build_artifacts
 
             if args.model_repository.resolve() == MODEL_REPOSITORY.resolve():
                 build_artifacts()
+                if "ensemble_openvino" in options.systems:
+                    build_artifacts(OPENVINO_CONFIG)
             WORK_DIR.mkdir(parents=True, exist_ok=True)
-            log_file = WORK_DIR / "tritonserver.log"
-            log_file.write_bytes(b"")
-            server = LocalTritonServer(
-                http_port=systems.free_port(),
-                grpc_port=systems.free_port(),
-                metrics_port=systems.free_port(),
-                model_repository=args.model_repository.resolve(),
-                log_file=log_file,
-            )
-            _log("starting tritonserver")
-            server.start()
-            server.wait_ready(timeout_s=240)
-            target = server
-        results = run_benchmark(options, target)
+            target = _start_server(args.model_repository.resolve(), DEFAULT_CONFIG_NAME, "")
+            servers.append(target)
+            if "ensemble_openvino" in options.systems:
+                openvino = _start_server(args.model_repository.resolve(), OPENVINO_CONFIG, "_openvino")
+                servers.append(openvino)
+            for server in servers:
+                server.wait_ready(timeout_s=240)
+        for mix in options.mixes:
+            runs[mix] = run_benchmark(options, target, openvino_server=openvino, mix=mix)
+        memory = {config: memory_per_instance(server) for config, server in zip(("cpu", OPENVINO_CONFIG), servers, strict=False)}
     finally:
-        if server is not None:
+        for server in servers:
             server.stop()
+    results = {
+        "schema": 2,
+        "command": options.command,
+        "quick": options.quick,
+        "started_at": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
+        "elapsed_s": round(time.time() - started, 1),
+        "runs": runs,
+        "memory": memory,
+    }
+    results["targets"] = report.issue_targets(results)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.output / "results.md").write_text(report.markdown(results))

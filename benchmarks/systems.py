@@ -142,9 +142,11 @@ def naive_service_available() -> str | None:
 class NaiveService:
     """``uvicorn benchmarks.naive_service:app --workers 1`` on a free port, as a child process."""
 
-    def __init__(self, model_repository: Path, log_file: Path, tuned: bool = False) -> None:
+    def __init__(self, model_repository: Path, log_file: Path, tuned: bool = False, core_config: str | None = None) -> None:
+        """``core_config``: the core's config variant (e.g. cpu_openvino) instead of onnxruntime."""
         self.port = free_port()
         self.tuned = tuned
+        self.core_config = core_config
         self.model_repository = model_repository
         self.log_file = log_file
         self.process: subprocess.Popen | None = None
@@ -155,6 +157,7 @@ class NaiveService:
             os.environ,
             BENCH_MODEL_REPOSITORY=str(self.model_repository),
             BENCH_NAIVE_TUNED="1" if self.tuned else "0",
+            BENCH_CORE_CONFIG=self.core_config or "cpu",
             PYTHONPATH=str(REPOSITORY_ROOT),
         )
         command = [

@@ -30,6 +30,8 @@ def results(triton_server, tmp_path_factory):
         naive_tuned_concurrencies=[2],
         pa_concurrencies=[2],
         pa_measurement_ms=1000,
+        naive_concurrencies=None,
+        systems=run.ALL_SYSTEMS,
         command="pytest tests/integration/test_benchmark_smoke.py",
     )
     return run.run_benchmark(options, triton_server, output_dir=tmp_path_factory.mktemp("bench"))
@@ -41,9 +43,11 @@ def test_results_are_well_formed_and_error_free(results, tmp_path):
     assert results["images"]["count"] > 0
     expected = {"ensemble_grpc": [1, 2], "ensemble_http": [2], "core_grpc": [2]}
     if systems.naive_service_available() is None:
-        expected.update(naive=[1, 2], naive_tuned=[2])
+        expected.update(naive=[1, 2], naive_openvino=[1, 2], naive_tuned=[2])
     else:
         assert "naive" in results["skipped"] and "naive_tuned" in results["skipped"]
+    assert "ensemble_openvino" in results["skipped"]  # needs a second server (cpu_openvino), started by run.main
+    assert results["mix"] == "web" and results["images"]["shares"] == {"web": 1.0}
     for system, levels in expected.items():
         rows = results["systems"][system]
         assert [row["concurrency"] for row in rows] == levels, system
@@ -60,6 +64,10 @@ def test_results_are_well_formed_and_error_free(results, tmp_path):
                     assert row["triton"][model]["requests"] > 0, model
     assert {row["batch_size"] for row in results["inprocess"]} == {1, 2}
     assert all(row["throughput"] > 0 for row in results["inprocess"])
+    for key in ("inprocess_reference", "inprocess_openvino"):
+        (row,) = results[key]
+        assert row["batch_size"] == run.REFERENCE_BATCH and row["throughput"] > 0
+    assert results["single_request"]["batch_ms_p50"] > 0
     if "perf_analyzer" not in results["skipped"]:
         (row,) = results["systems"]["perf_analyzer"]
         assert "error" not in row, row
@@ -68,5 +76,14 @@ def test_results_are_well_formed_and_error_free(results, tmp_path):
     markdown = report.markdown(results)
     assert "## Targets" in markdown and "| ensemble (gRPC) | 1 |" in markdown
     plot = report.plot(results, tmp_path / "plot.png")
+    if plot is not None:
+        assert plot.stat().st_size < 200_000
+    # The multi-mix report (what run.main writes) with this run as its web mix.
+    combined = {"schema": 2, "command": "pytest", "quick": True, "started_at": "now", "elapsed_s": 1.0, "runs": {"web": results}}
+    combined["targets"] = report.issue_targets(combined)
+    assert combined["targets"]["no_errors"]["met"]
+    assert combined["targets"]["web_vs_reference"]["value"] > 0 and combined["targets"]["c1_p50_vs_single"]["value"] > 0
+    assert "## Targets (issue 11)" in report.markdown(combined)
+    plot = report.plot(combined, tmp_path / "latency_throughput.png")
     if plot is not None:
         assert plot.stat().st_size < 200_000
