@@ -480,6 +480,12 @@ def _run_section(mix: str, run: dict) -> str:
         f"(mean {images['bytes_mean'] // 1000} KB). Load average at start {run['load_average_start']}, at end {run['load_average_end']}.\n\n"
     )
     out.append(results_table(run))
+    out.append(
+        "\n### One request at c=1: where the time goes (ms, means per request; Triton statistics)\n\n"
+        "queue: wait in the model's queue (dynamic batcher); in+out: the Python backend moving tensors in and out of the "
+        "stub (compute_input + compute_output); execute: the model's execute() (compute_infer).\n\n"
+    )
+    out.append(c1_breakdown_table(run))
     out.append("\n### Ensemble per step (Triton statistics over each window, onnxruntime server)\n\n")
     out.append(steps_table(run))
     if run.get("systems", {}).get("perf_analyzer"):
@@ -488,6 +494,32 @@ def _run_section(mix: str, run: dict) -> str:
     out.append("\n### In-process (one Python process, no server)\n\n")
     out.append(inprocess_table(run))
     return "".join(out)
+
+
+def c1_breakdown_table(run: dict) -> str:
+    """Where one request's time goes at c=1 (Triton statistics, means per request over the window)."""
+    rows = []
+    for system in ENSEMBLES:
+        at_one = _at(run, system, 1)
+        stats = (at_one or {}).get("triton") or {}
+        server = (stats.get(CLASSIFIER.name) or {}).get("request_ms")
+        if not at_one or server is None:
+            continue
+        cells: list = [LABELS[system], at_one["p50_ms"], at_one.get("mean_ms"), server]
+        in_steps = 0.0
+        for role in STEP_ROLES:
+            entry = stats.get(CLASSIFIER.model_name(role)) or {}
+            queue, infer = entry.get("queue_ms") or 0.0, entry.get("compute_infer_ms") or 0.0
+            io = (entry.get("compute_input_ms") or 0.0) + (entry.get("compute_output_ms") or 0.0)
+            cells += [queue, io, infer]
+            in_steps += queue + io + infer
+        cells += [server - in_steps, (at_one.get("mean_ms") or at_one["p50_ms"]) - server]
+        rows.append(cells)
+    header = ["system", "client p50", "client mean", "ensemble server"]
+    for role in STEP_ROLES:
+        header += [f"{role} queue", f"{role} in+out", f"{role} execute"]
+    header += ["ensemble hops (server - steps)", "gRPC + client (client mean - server)"]
+    return _table(header, rows)
 
 
 def markdown_runs(results: dict) -> str:

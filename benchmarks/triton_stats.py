@@ -68,7 +68,9 @@ def delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -
             "avg_batch": round(d["inference_count"] / executions, 2) if executions else None,
             "request_ms": per_request("success"),
             "queue_ms": per_request("queue"),
+            "compute_input_ms": per_request("compute_input"),
             "compute_infer_ms": per_request("compute_infer"),
+            "compute_output_ms": per_request("compute_output"),
             "compute_ms": round(compute_ns / requests / 1e6, 3) if requests else None,
         }
     return report
