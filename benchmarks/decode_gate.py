@@ -122,16 +122,20 @@ def measure(per_photo: int) -> dict:
         "by_size": by_kind,
         "gate": {"min_top1": MIN_TOP1, "pass": overall["top1_agreement"] >= MIN_TOP1},
         "elapsed_s": round(time.time() - started, 1),
+        "finished_at": time.strftime("%Y-%m-%d %H:%M %Z"),
         "rows": rows,
     }
 
 
 def markdown(result: dict, command: str) -> str:
-    table_rows = [["all", *result["all"].values()]] + [[kind, *summary.values()] for kind, summary in result["by_size"].items()]
+    def cells(name: str, summary: dict) -> list:
+        return [name, *(f"{value:.3f}" if isinstance(value, float) else value for value in summary.values())]
+
+    table_rows = [cells("all", result["all"])] + [cells(kind, summary) for kind, summary in result["by_size"].items()]
     verdict = "PASS" if result["gate"]["pass"] else "FAIL"
     return (
         f"# Reduced decoding gate: {verdict}\n\n"
-        f"Command: `{command}`; {time.strftime('%Y-%m-%d %H:%M %Z')}, {result['elapsed_s']:.0f} s.\n\n"
+        f"Command: `{command}`; {result.get('finished_at', '')}, {result['elapsed_s']:.0f} s.\n\n"
         f"Served: configs/cpu.pbtxt ({result['served_runtime']}, its precision), JPEGs decoded at the DCT scale that keeps the "
         f"shorter side >= {result['decode_oversampling']} x the resize target. Reference: FP32 onnxruntime, full-size decode. "
         f"Held-out photos (the recipe's evaluation_photos) and augmentations, at 12 MP (phone-like, half with EXIF orientation 6), "
@@ -155,11 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.decode_gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-photo", type=int, default=12, help="augmentations per held-out photo (default 12)")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "decode_gate.md")
+    parser.add_argument("--render-only", action="store_true", help="measure nothing: rewrite the .md from the .json next to it")
     args = parser.parse_args(argv)
+    if args.render_only:
+        result = json.loads(args.output.with_suffix(".json").read_text())
+        args.output.write_text(markdown(result, result.get("command", "")))
+        return 0 if result["gate"]["pass"] else 1
     if args.per_photo < 0:
         parser.error("--per-photo must be >= 0")
     command = " ".join([".venv/bin/python -m benchmarks.decode_gate", *(sys.argv[1:] if argv is None else argv)])
     result = measure(args.per_photo)
+    result["command"] = command
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(markdown(result, command))
     args.output.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
