@@ -5,8 +5,8 @@ gauges (:mod:`vision_serving.triton_models.drift_metrics`).
 
 **Features** (one value per image, vectorized over a batch; NaN = "this image has no value"):
 
-- preprocess (:func:`image_features`, on a 64x64 thumbnail of the decoded image: a strided
-  view down to at most twice that size, then ``cv2.INTER_AREA``): ``brightness`` (mean Rec. 601 luma,
+- preprocess (:func:`image_features`, on a 64x64 bilinear thumbnail of the decoded image, a
+  fixed grid of samples whatever its size): ``brightness`` (mean Rec. 601 luma,
   0..1), ``contrast`` (luma standard deviation), ``saturation`` (mean HSV saturation), ``sharpness``
   (variance of the 4-neighbour Laplacian of the 0..255 luma thumbnail); and from the payload:
   ``width``, ``height``, ``aspect_ratio`` (width / height), ``bytes``; categorical ``format``.
@@ -18,7 +18,7 @@ gauges (:mod:`vision_serving.triton_models.drift_metrics`).
   ``confidence`` (mean score of the kept faces; an image without a face has none).
 
 **Tests** (:func:`compare`): numeric features, the two-sample Kolmogorov-Smirnov test of the window
-against the reference sample (statistic D, asymptotic p-value); categorical ones, Pearson's
+against the reference sample (statistic D, asymptotic p-value: :func:`ks_test`); categorical ones, Pearson's
 chi-square test of the window's counts against the reference's counts (the 2 x k table: the
 statistic is the chi-square statistic, not PSI), over the reference's most frequent categories
 (each expected at least ``MIN_EXPECTED`` times in a window of ``min_samples``, at most
@@ -83,27 +83,27 @@ class Features:
 
 
 def thumbnail(image: np.ndarray, side: int = THUMBNAIL_SIDE) -> np.ndarray:
-    """HxWx3 uint8 -> side x side x 3 uint8 (aspect ratio not kept): a strided view down to at most
-    2 x side, then an area resize; its cost barely depends on the image's size."""
-    height, width = image.shape[:2]
-    step = max(1, min(height, width) // (2 * side))
-    view = np.ascontiguousarray(image[::step, ::step])
-    return cv2.resize(view, (side, side), interpolation=cv2.INTER_AREA)
+    """HxWx3 uint8 -> side x side x 3 uint8 (aspect ratio not kept), bilinear: a fixed grid of
+    side x side samples whatever the image's size (0.03 ms per image; an area resize of the whole
+    image cost 1.1 ms: docs/design.md)."""
+    return cv2.resize(image, (side, side), interpolation=cv2.INTER_LINEAR)
 
 
 def pixel_statistics(thumbnails: np.ndarray) -> dict[str, np.ndarray]:
-    """[N, s, s, 3] uint8 RGB -> brightness, contrast, saturation, sharpness per image."""
-    rgb = thumbnails.astype(np.float32)
-    luma = rgb @ np.array([0.299, 0.587, 0.114], dtype=np.float32)  # [N, s, s], 0..255
-    high = rgb.max(axis=-1)
-    low = rgb.min(axis=-1)
-    saturation = np.where(high > 0, (high - low) / np.maximum(high, 1e-6), 0.0)
-    laplacian = luma[:, :-2, 1:-1] + luma[:, 2:, 1:-1] + luma[:, 1:-1, :-2] + luma[:, 1:-1, 2:] - 4.0 * luma[:, 1:-1, 1:-1]
+    """[N, s, s, 3] uint8 RGB -> brightness, contrast, saturation, sharpness per image (OpenCV on the
+    N thumbnails stacked into one image, then numpy per image)."""
+    count, side = len(thumbnails), thumbnails.shape[1]
+    stacked = np.ascontiguousarray(thumbnails).reshape(count * side, side, 3)
+    luma = cv2.cvtColor(stacked, cv2.COLOR_RGB2GRAY)  # Rec. 601 weights, 0..255
+    saturation = cv2.cvtColor(stacked, cv2.COLOR_RGB2HSV)[..., 1]
+    # The 4-neighbour Laplacian; each thumbnail's border rows and columns are dropped (they see a neighbour).
+    laplacian = cv2.Laplacian(luma, cv2.CV_32F, ksize=1).reshape(count, side, side)[:, 1:-1, 1:-1]
+    luma = luma.reshape(count, -1)
     return {
-        "brightness": luma.mean(axis=(1, 2), dtype=np.float64) / 255.0,
-        "contrast": luma.std(axis=(1, 2), dtype=np.float64) / 255.0,
-        "saturation": saturation.mean(axis=(1, 2), dtype=np.float64),
-        "sharpness": laplacian.var(axis=(1, 2), dtype=np.float64),
+        "brightness": luma.mean(axis=1) / 255.0,
+        "contrast": luma.std(axis=1) / 255.0,
+        "saturation": saturation.reshape(count, -1).mean(axis=1) / 255.0,
+        "sharpness": laplacian.reshape(count, -1).var(axis=1, dtype=np.float64),
     }
 
 
@@ -303,11 +303,21 @@ class DriftReport:
 
 
 def ks_test(window: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
-    """Two-sample Kolmogorov-Smirnov: (D, asymptotic p-value)."""
-    from scipy import stats
+    """Two-sample Kolmogorov-Smirnov of ``window`` against the *sorted* ``reference``: (D, p-value).
 
-    result = stats.ks_2samp(window, reference, method="asymp")
-    return float(result.statistic), float(result.pvalue)
+    D is exact (scipy.stats.ks_2samp's); the p-value is the Kolmogorov distribution's with
+    Stephens' small-sample correction (Numerical Recipes' ``kstwo``), vectorized numpy: 0.05 ms
+    for 512 vs 275 values where ks_2samp takes 2.7 ms (docs/design.md)."""
+    from scipy import special
+
+    window = np.sort(window)
+    pooled = np.concatenate([window, reference])
+    n, m = len(window), len(reference)
+    gaps = np.searchsorted(window, pooled, side="right") / n - np.searchsorted(reference, pooled, side="right") / m
+    statistic = float(np.abs(gaps).max())
+    root = math.sqrt(n * m / (n + m))
+    p_value = float(special.kolmogorov((root + 0.12 + 0.11 / root) * statistic))
+    return statistic, min(1.0, max(0.0, p_value))
 
 
 def chi_square_test(observed: np.ndarray, reference_counts: np.ndarray) -> tuple[float, float]:
@@ -367,7 +377,7 @@ class PreparedReference:
             bins[name] = {category: code for code, category in enumerate(kept)}
             other = sum(count for category, count in counts.items() if category not in bins[name])
             bin_counts[name] = np.array([counts[category] for category in kept] + [other], dtype=np.float64)
-        return cls(dict(reference.numeric), bins, bin_counts, reference.means)
+        return cls({name: np.sort(values) for name, values in reference.numeric.items()}, bins, bin_counts, reference.means)
 
     def codes(self, name: str, labels: Sequence[str]) -> np.ndarray:
         lookup = self.bins[name]

@@ -86,11 +86,24 @@ def test_non_finite_rows_are_found():
 
 def test_ks_p_values_same_and_shifted():
     rng = np.random.default_rng(RNG_SEED)
-    reference = rng.normal(0, 1, 500)
+    reference = np.sort(rng.normal(0, 1, 500))
     same = [drift.ks_test(rng.normal(0, 1, 256), reference)[1] for _ in range(20)]
     assert np.median(same) > 0.2 and min(same) >= 0.01
     statistic, p_value = drift.ks_test(rng.normal(1.0, 1, 256), reference)
     assert p_value < 1e-6 and statistic > 0.3
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.2, 0.5])
+def test_ks_agrees_with_scipy(shift):
+    from scipy import stats
+
+    rng = np.random.default_rng(RNG_SEED)
+    reference = np.sort(rng.normal(0, 1, 275))
+    window = np.round(rng.normal(shift, 1, 512), 2)  # ties too
+    statistic, p_value = drift.ks_test(window, reference)
+    expected = stats.ks_2samp(window, reference, method="asymp")
+    assert statistic == pytest.approx(expected.statistic, abs=1e-12)
+    assert p_value == pytest.approx(expected.pvalue, abs=0.02, rel=0.2)
 
 
 def test_chi_square_same_and_shifted():
