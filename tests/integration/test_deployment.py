@@ -1,12 +1,17 @@
-"""Offline validation of the deployment: versions.env, docker/, k8s/.
+"""Offline validation of the deployment: versions.env, docker/, k8s/ and its canary overlay.
 
 No Docker engine, cluster or GPU is needed. What runs:
-- ``kubectl kustomize k8s/`` (skipped, with the reason, only where kubectl is absent);
+- ``kubectl kustomize k8s/`` and ``k8s/overlays/canary`` (skipped, with the reason, only
+  where kubectl is absent);
 - every rendered object validated strictly against the Kubernetes 1.35 schemas
-  (kubernetes-validate) or, for the Prometheus Operator CRDs, against the minimal
+  (kubernetes-validate) or, for the Prometheus Operator and Gateway API CRDs, against the
   schemas vendored in tests/deploy/ (an unknown kind fails; it never passes silently);
 - ``checkov --skip-download`` on the rendered manifests and docker/, hadolint on
-  both Dockerfiles;
+  every Dockerfile;
+- the Gateway routes, the tracks (stable, canary) and their Services, route weights,
+  HPA/PDB/NetworkPolicy/ServiceMonitor selectors, and the contract with devtools.canary;
+- the model image's content, staged from the built repository (devtools.model_image),
+  is what the local server below serves;
 - cross-checks between versions.env, the Dockerfiles, compose.yaml and the manifests
   (tags, ports, flags, shutdown timing, the HPA metric vs the adapter rule);
 - pipelines are never named in docker/ or k8s/: the server's entry script
@@ -41,6 +46,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from devtools import model_image
 from devtools.loadgen import free_port
 from devtools.triton_server import LocalTritonServer
 from vision_serving import layout
@@ -49,6 +55,8 @@ ROOT = layout.REPOSITORY_ROOT
 K8S = ROOT / "k8s"
 DOCKER = ROOT / "docker"
 DOCKERFILES = {"server": DOCKER / "server.Dockerfile", "builder": DOCKER / "builder.Dockerfile"}
+MODELS_DOCKERFILE = DOCKER / "models.Dockerfile"
+CANARY = K8S / "overlays" / "canary"
 DEPLOY_ENV = ROOT / ".build" / "deploy-check"
 DEPLOY_REQUIREMENTS = ROOT / "requirements" / "deploy-check.txt"
 VALIDATE = ROOT / "tests" / "deploy" / "validate.py"
@@ -69,7 +77,14 @@ ENSEMBLE_SELECTOR = 'model!~".+_(preprocess|core|postprocess)"'
 # Prometheus' own series: the local CPU server cannot show them.
 GPU_ONLY_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes"}
 PROMETHEUS_BUILTINS = {"up"}
-EXPECTED_CRDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+EXPECTED_CRDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("gateway.networking.k8s.io/v1", "Gateway"),
+    ("gateway.networking.k8s.io/v1", "GRPCRoute"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+}
+TRACKS = ("stable", "canary")
 ADMIN_KEY = "test-admin-key"
 
 
@@ -176,6 +191,29 @@ def pod_spec(objects) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
+def canary_rendered() -> str:
+    return kustomize(CANARY)
+
+
+@pytest.fixture(scope="session")
+def canary_manifests(tools, canary_rendered) -> dict[str, Any]:
+    return validate_manifests(tools, canary_rendered)
+
+
+@pytest.fixture(scope="session")
+def canary_cluster(objects, canary_manifests) -> list[dict[str, Any]]:
+    """What the cluster holds after `kubectl apply -k k8s/` then `-k k8s/overlays/canary`:
+    the overlay's objects replace the base's of the same kind and name, the rest stay."""
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
+    overlay = {key(o): o for o in canary_manifests["objects"]}
+    return [overlay.pop(key(o), o) for o in objects] + list(overlay.values())
+
+
+def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.fixture(scope="session")
 def triton(pod_spec) -> dict[str, Any]:
     (container,) = [c for c in pod_spec["containers"] if c["name"] == "triton"]
     return container
@@ -269,9 +307,16 @@ def test_compose_builds_with_versions_env(compose, versions):
 
 def test_k8s_images_carry_the_versions_env_tags(pod_spec, versions):
     images = {c["name"]: c["image"] for c in [*pod_spec["initContainers"], *pod_spec["containers"]]}
-    assert images == {"build-plan": versions["BUILDER_IMAGE"], "verify-plan": versions["SERVER_IMAGE"], "triton": versions["SERVER_IMAGE"]}
-    kustomization = (K8S / "kustomization.yaml").read_text()
-    for key in ("SERVER_IMAGE", "BUILDER_IMAGE"):
+    assert images == {
+        "models": versions["MODELS_IMAGE"],
+        "build-plan": versions["BUILDER_IMAGE"],
+        "verify-plan": versions["SERVER_IMAGE"],
+        "triton": versions["SERVER_IMAGE"],
+    }
+    # One place for the images, shared by the base and the canary overlay's Deployment.
+    kustomization = (K8S / "server" / "kustomization.yaml").read_text()
+    assert "images:" not in (K8S / "kustomization.yaml").read_text()
+    for key in ("SERVER_IMAGE", "BUILDER_IMAGE", "MODELS_IMAGE"):
         name, tag = versions[key].split(":")
         assert re.search(rf"- name: {re.escape(name)}\n\s+newTag: {re.escape(tag)}\n", kustomization), key
 
@@ -285,6 +330,7 @@ def test_every_object_validates(manifests):
     crds = {(r["apiVersion"], r["kind"]) for r in manifests["results"] if r["detail"].startswith("vendored")}
     assert crds == EXPECTED_CRDS
     kinds = {r["kind"] for r in manifests["results"]}
+    assert {"Gateway", "GRPCRoute", "HTTPRoute"} <= kinds
     assert {
         "Namespace",
         "PersistentVolumeClaim",
@@ -299,8 +345,23 @@ def test_every_object_validates(manifests):
 
 def test_an_unknown_kind_or_a_bad_field_fails(tools):
     bad = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}], typo: 1}\n"
-    statuses = [r["status"] for r in validate_manifests(tools, bad)["results"]]
-    assert statuses == ["unknown", "invalid"]
+    # The Gateway API schemas are the CRDs' own, made strict: a misspelt field fails (an API server would drop it).
+    route = "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: r}\nspec: {rules: [{backendRefs: [{name: s, port: 1, wieght: 5}]}]}\n"
+    weight = "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec: {rules: [{backendRefs: [{name: s, port: 1, weight: -1}]}]}\n"
+    statuses = [r["status"] for r in validate_manifests(tools, "---\n".join([bad, route, weight]))["results"]]
+    assert statuses == ["unknown", "invalid", "invalid", "invalid"]
+
+
+def test_vendored_gateway_api_schemas_match_their_readme():
+    """tests/deploy/README.md records each vendored file's release, source path and sha256."""
+    readme = (VALIDATE.parent / "README.md").read_text()
+    rows = re.findall(r"^\| (\S+\.json) \| (\S+) \| ([0-9a-f]{64}) \| ([0-9a-f]{64}) \|$", readme, re.MULTILINE)
+    vendored = sorted(p.name for p in VALIDATE.parent.glob("*-gateway.networking.k8s.io-*.json"))
+    assert sorted(row[0] for row in rows) == vendored and len(vendored) == 5
+    for name, source, _, sha in rows:
+        assert hashlib.sha256((VALIDATE.parent / name).read_bytes()).hexdigest() == sha, name
+        assert source.startswith("config/crd/standard/gateway.networking.k8s.io_"), source
+    assert "Release **v1.6.1**" in readme
 
 
 def test_the_gpu_product_patch_renders_and_validates(tools, tmp_path):
@@ -344,8 +405,9 @@ def test_checkov_passes_on_docker(tools):
     assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-2000:]
 
 
-def test_hadolint_passes_on_both_dockerfiles(tools):
-    for path in DOCKERFILES.values():
+def test_hadolint_passes_on_every_dockerfile(tools):
+    assert sorted(DOCKER.glob("*.Dockerfile")) == sorted([*DOCKERFILES.values(), MODELS_DOCKERFILE])
+    for path in [*DOCKERFILES.values(), MODELS_DOCKERFILE]:
         completed = subprocess.run([str(tools / "hadolint"), str(path)], capture_output=True, text=True, timeout=120, check=False)
         assert completed.returncode == 0 and not completed.stdout.strip(), completed.stdout
         lines = path.read_text().splitlines()
@@ -461,7 +523,8 @@ def test_pod_security_resources_and_shm(pod_spec, triton):
         assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False, container["name"]
         assert security["capabilities"]["drop"] == ["ALL"], container["name"]
         resources = container["resources"]
-        assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == 1, container["name"]
+        gpus = 0 if container["name"] == "models" else 1  # the model image's copy needs no GPU
+        assert resources["requests"].get("nvidia.com/gpu", 0) == resources["limits"].get("nvidia.com/gpu", 0) == gpus, container["name"]
         assert {"cpu", "memory"} <= set(resources["requests"]) and {"cpu", "memory"} <= set(resources["limits"]), container["name"]
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
     (shm,) = [m for m in triton["volumeMounts"] if m["mountPath"] == "/dev/shm"]
@@ -469,10 +532,10 @@ def test_pod_security_resources_and_shm(pod_spec, triton):
     assert all(m.get("readOnly") for m in triton["volumeMounts"] if m["mountPath"] == "/models")
     build = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")
     script = " ".join(build["args"])
-    assert "python -m builders build-engine --model-repository /models --cache-dir /store/plans" in script
+    assert "python -m builders build-engine --model-repository /models --cache-dir /plan-cache" in script
     assert "python -m builders verify-plan --model-repository /models --deserialize" in script
     assert "--pipeline" not in script and "--onnx" not in script
-    assert [c["name"] for c in pod_spec["initContainers"]] == ["build-plan", "verify-plan"]
+    assert [c["name"] for c in pod_spec["initContainers"]] == ["models", "build-plan", "verify-plan"]
     verify = next(c for c in pod_spec["initContainers"] if c["name"] == "verify-plan")
     assert verify["command"] == ["python3", "-m", "builders.tensorrt_engine", "verify-plan", "--model-repository", "/models"]
 
@@ -497,40 +560,62 @@ def test_init_containers_build_and_verify_every_pipeline(pod_spec):
         options = flag_options(command[1:])
         assert options["--model-repository"] == "/models", command
         assert not {"--repository", "--pipeline", "--onnx", "--output", "--plan"} & set(options), command
-    assert flag_options(commands[0][1:])["--cache-dir"] == "/store/plans"
+    assert flag_options(commands[0][1:])["--cache-dir"] == "/plan-cache"
     assert "--deserialize" in commands[1]
-    assert "cp -R /store/model_repository/. /models/" in script
-    assert "/models/*/pipeline.toml" in script, "build-plan stops with one line when the PVC holds no pipeline"
+    assert "/models/*/pipeline.toml" in script, "build-plan stops with one line when the model image holds no pipeline"
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    (cache,) = [m for m in build["volumeMounts"] if m["mountPath"] == "/plan-cache"]
+    assert volumes[cache["name"]]["persistentVolumeClaim"]["claimName"] == "plan-cache"
+    assert not any("persistentVolumeClaim" in volumes[m["name"]] for c in pod_spec["containers"] for m in c["volumeMounts"])
 
 
-def run_build_plan(script: str, store: Path, models: Path, fake_bin: Path) -> subprocess.CompletedProcess[str]:
-    """The build-plan init container's script with its two volumes moved under tmp_path."""
-    local = script.replace("/store/", f"{store}/").replace("/models", str(models))
+def test_the_models_come_from_the_model_image(pod_spec):
+    """The first init container copies the model image's repository (docker/models.Dockerfile's
+    COPY destination) into the pod's /models; nothing of the models is on the PVC any more."""
+    models = pod_spec["initContainers"][0]
+    assert models["name"] == "models" and models["image"].split(":")[0] == "image-classifier/models"
+    assert models["command"] == ["cp", "-R", "/model_repository/.", "/models/"]
+    (mount,) = models["volumeMounts"]
+    assert mount["mountPath"] == "/models" and not mount.get("readOnly")
+    copies = re.findall(r"^COPY\s+(\S+)\s+(\S+)$", MODELS_DOCKERFILE.read_text(), re.MULTILINE)
+    assert copies == [(f"{model_image.STAGED_REPOSITORY}/", "/model_repository/")]
+    assert re.search(r"^FROM busybox:\d+\.\d+\.\d+$", MODELS_DOCKERFILE.read_text(), re.MULTILINE), "cp comes from a pinned busybox"
+
+
+def run_init_containers(
+    pod_spec: dict[str, Any], image: Path, models: Path, cache: Path, fake_bin: Path
+) -> subprocess.CompletedProcess[str]:
+    """The models and build-plan init containers' commands with the image and the volumes moved under tmp_path."""
+    copy = [
+        part.replace("/model_repository", str(image)).replace("/models", str(models)) for part in pod_spec["initContainers"][0]["command"]
+    ]
+    subprocess.run(copy, check=True, timeout=120)
+    (script,) = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")["args"]
+    local = script.replace("/plan-cache", str(cache)).replace("/models", str(models))
     environment = {"PATH": f"{fake_bin}:/usr/bin:/bin", "HOME": "/tmp"}
     return subprocess.run(["bash", "-c", local], capture_output=True, text=True, env=environment, timeout=120, check=False)
 
 
-def test_the_build_plan_script_runs_over_every_pipeline(pod_spec, tmp_path):
-    """Run here with a fake `python`: the PVC's repository copied, then one build-engine and one
-    verify-plan over all of it; an empty PVC stops before any build, in one line."""
-    (script,) = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")["args"]
+def test_the_init_containers_run_over_every_pipeline(pod_spec, tmp_path):
+    """Run here with a fake `python`: the model image's repository copied, then one build-engine
+    and one verify-plan over all of it; an image without a pipeline stops before any build, in one line."""
     fake_executable(tmp_path / "bin", "python")
-    store, models = tmp_path / "store", tmp_path / "models"
-    shutil.copytree(layout.MODEL_REPOSITORY, store / "model_repository", ignore=shutil.ignore_patterns("*.onnx", "__pycache__"))
+    image, models, cache = tmp_path / "image" / "model_repository", tmp_path / "models", tmp_path / "cache"
+    shutil.copytree(layout.MODEL_REPOSITORY, image, ignore=shutil.ignore_patterns("*.onnx", "__pycache__"))
     models.mkdir()
-    completed = run_build_plan(script, store, models, tmp_path / "bin")
+    completed = run_init_containers(pod_spec, image, models, cache, tmp_path / "bin")
     assert completed.returncode == 0, completed.stderr
     assert sorted(p.name for p in layout.pipelines(models)) == sorted(p.name for p in PIPELINES)
     commands = [call.splitlines() for call in completed.stdout.split("-m\n")[1:]]
     assert commands == [
-        ["builders", "build-engine", "--model-repository", str(models), "--cache-dir", f"{store}/plans"],
+        ["builders", "build-engine", "--model-repository", str(models), "--cache-dir", str(cache)],
         ["builders", "verify-plan", "--model-repository", str(models), "--deserialize"],
     ]
     shutil.rmtree(models)
     models.mkdir()
-    shutil.rmtree(store / "model_repository")
-    (store / "model_repository" / "lost+found").mkdir(parents=True)
-    completed = run_build_plan(script, store, models, tmp_path / "bin")
+    shutil.rmtree(image)
+    (image / "lost+found").mkdir(parents=True)
+    completed = run_init_containers(pod_spec, image, models, cache, tmp_path / "bin")
     assert completed.returncode == 1 and completed.stdout == ""
     (line,) = completed.stderr.splitlines()
     assert line.startswith("build-plan: error: no pipeline in")
@@ -670,6 +755,168 @@ def used_metric_names(objects) -> set[str]:
     return names
 
 
+# --------------------------------------------------------------------------- routing (Gateway API) and tracks
+
+
+ROUTE_PORTS = {"GRPCRoute": "grpc", "HTTPRoute": "http"}
+
+
+def route_backends(route: dict[str, Any]) -> list[dict[str, Any]]:
+    (rule,) = route["spec"]["rules"]
+    return rule["backendRefs"]
+
+
+def test_routes_balance_per_request_through_the_gateway(objects, triton):
+    """gRPC 8001 through a GRPCRoute and HTTP 8000 through an HTTPRoute, each attached to its own
+    listener of the shipped Gateway, to the stable track's ClusterIP Service."""
+    gateway = find(objects, "Gateway")
+    listeners = {listener["name"]: listener for listener in gateway["spec"]["listeners"]}
+    container_ports = {p["name"]: p["containerPort"] for p in triton["ports"]}
+    service = find(objects, "Service", "image-classifier")
+    assert service["spec"]["type"] == "ClusterIP"
+    service_ports = {p["name"]: p for p in service["spec"]["ports"]}
+    for kind, port_name in ROUTE_PORTS.items():
+        route = find(objects, kind)
+        (parent,) = route["spec"]["parentRefs"]
+        assert parent["name"] == gateway["metadata"]["name"] and "namespace" not in parent, kind
+        listener = listeners[parent["sectionName"]]
+        assert listener["protocol"] == "HTTP" and listener["port"] == container_ports[port_name], kind
+        assert listener["allowedRoutes"]["kinds"] == [{"group": "gateway.networking.k8s.io", "kind": kind}]
+        (backend,) = route_backends(route)
+        assert backend["name"] == "image-classifier" and backend["port"] == service_ports[port_name]["port"], kind
+        assert backend.get("weight", 1) > 0
+    # gRPC to the pods is HTTP/2 with prior knowledge (Gateway API's appProtocol for it).
+    assert service_ports["grpc"]["appProtocol"] == "kubernetes.io/h2c"
+    (rule,) = find(objects, "GRPCRoute")["spec"]["rules"]
+    (match,) = rule["matches"]
+    import tritonclient.grpc.service_pb2 as service_pb2
+
+    assert match["method"]["service"] == service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+    assert "method" not in match["method"], "every method of the service"
+    (rule,) = find(objects, "HTTPRoute")["spec"]["rules"]
+    (match,) = rule["matches"]
+    assert match["path"] == {"type": "PathPrefix", "value": "/v2"}
+    for probe in ("startupProbe", "readinessProbe"):
+        assert triton[probe]["httpGet"]["path"].startswith("/v2/")
+
+
+def test_the_gateway_class_is_set_in_one_place():
+    gateway_files = [path for path in deployment_files() if "gatewayClassName:" in path.read_text()]
+    assert gateway_files == [K8S / "gateway.yaml"]
+    assert len(re.findall(r"^\s+gatewayClassName: \S+$", (K8S / "gateway.yaml").read_text(), re.MULTILINE)) == 1
+
+
+def test_stable_track_selectors(objects):
+    """The base runs the stable track: its Deployment, the client Service, PDB and HPA select track: stable;
+    the NetworkPolicy and the metrics Service select every track; Prometheus gets the track label."""
+    deployment = find(objects, "Deployment")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector["track"] == "stable" and labels_match(selector, deployment["spec"]["template"]["metadata"]["labels"])
+    assert find(objects, "Service", "image-classifier")["spec"]["selector"] == selector
+    assert find(objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == selector
+    assert find(objects, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    every_track = {k: v for k, v in selector.items() if k != "track"}
+    assert find(objects, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"] == every_track
+    metrics = find(objects, "Service", "image-classifier-metrics")
+    assert metrics["spec"]["selector"] == every_track
+    monitor = find(objects, "ServiceMonitor")
+    assert labels_match(monitor["spec"]["selector"]["matchLabels"], metrics["metadata"]["labels"])
+    (endpoint,) = monitor["spec"]["endpoints"]
+    from devtools.canary import parse_args
+
+    track_label = parse_args(["--prometheus", "http://p", "--pipeline", "p"]).track_label
+    assert {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_track"], "targetLabel": track_label} in endpoint[
+        "relabelings"
+    ]
+
+
+def test_the_canary_overlay_validates(canary_manifests):
+    problems = [r for r in canary_manifests["results"] if r["status"] != "ok"]
+    assert not problems, "\n".join(f"{r['kind']}/{r['name']}: {r['status']}: {r['detail']}" for r in problems)
+    rendered = sorted((r["kind"], r["name"]) for r in canary_manifests["results"])
+    assert rendered == [
+        ("Deployment", "image-classifier-canary"),
+        ("GRPCRoute", "image-classifier"),
+        ("HTTPRoute", "image-classifier"),
+        ("Service", "image-classifier-canary"),
+    ], "weights.yaml is local-config: never applied"
+    assert {o["metadata"]["namespace"] for o in canary_manifests["objects"]} == {"image-classifier"}
+
+
+def test_checkov_passes_on_the_canary_cluster(tools, canary_cluster, tmp_path):
+    path = tmp_path / "canary.yaml"
+    path.write_text("---\n".join(json.dumps(o) + "\n" for o in canary_cluster))  # JSON documents are YAML
+    completed = run_checkov(tools, "--framework", "kubernetes", "-f", str(path))
+    assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-2000:]
+
+
+def test_canary_routes_split_by_the_weights(canary_cluster):
+    """Both routes: stable then canary, weights from weights.yaml summing to 100, in the positions
+    devtools.canary patches (its defaults name these routes, Services and Deployments)."""
+    from devtools.canary import KubernetesTarget
+
+    target = KubernetesTarget()
+    assert sorted(target.routes) == sorted(f"{kind.lower()}/image-classifier" for kind in ROUTE_PORTS)
+    weights = [route_backends(find(canary_cluster, kind)) for kind in ROUTE_PORTS]
+    for kind, backends in zip(ROUTE_PORTS, weights, strict=True):
+        assert target.rule_index == 0 and len(find(canary_cluster, kind)["spec"]["rules"]) == 1
+        assert [b["name"] for b in backends] == [target.stable_service, target.canary_service]
+        assert [backends[target.stable_ref_index]["name"], backends[target.canary_ref_index]["name"]] == [
+            target.stable_service,
+            target.canary_service,
+        ]
+        assert sum(b["weight"] for b in backends) == 100 and all(b["weight"] > 0 for b in backends), kind
+        service_ports = {p["name"]: p["port"] for p in find(canary_cluster, "Service", backends[1]["name"])["spec"]["ports"]}
+        assert backends[0]["port"] == backends[1]["port"] == service_ports[ROUTE_PORTS[kind]], kind
+    assert weights[0] == [{**b, "port": weights[0][i]["port"]} for i, b in enumerate(weights[1])], "the same split on both"
+    assert [b["weight"] for b in weights[0]] == [90, 10]
+    assert find(canary_cluster, "Deployment", target.stable_deployment) and find(canary_cluster, "Deployment", target.canary_deployment)
+    assert target.namespace == find(canary_cluster, "Namespace")["metadata"]["name"]
+
+
+def test_each_track_has_its_deployment_and_service(canary_cluster):
+    deployments = {d["metadata"]["labels"]["track"]: d for d in canary_cluster if d["kind"] == "Deployment"}
+    assert set(deployments) == set(TRACKS)
+    services = {
+        "stable": find(canary_cluster, "Service", "image-classifier"),
+        "canary": find(canary_cluster, "Service", "image-classifier-canary"),
+    }
+    for track in TRACKS:
+        template = deployments[track]["spec"]["template"]["metadata"]["labels"]
+        assert template["track"] == track
+        for other in TRACKS:
+            selects = labels_match(services[other]["spec"]["selector"], template)
+            owns = labels_match(deployments[other]["spec"]["selector"]["matchLabels"], template)
+            assert selects == owns == (other == track), f"{other} selects {track} pods: {selects}, {owns}"
+        # Every track is scraped (metrics Service), admitted by the NetworkPolicy, spread with the others.
+        assert labels_match(find(canary_cluster, "Service", "image-classifier-metrics")["spec"]["selector"], template)
+        assert labels_match(find(canary_cluster, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"], template)
+    budget = find(canary_cluster, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"]
+    assert labels_match(budget, deployments["stable"]["spec"]["template"]["metadata"]["labels"])
+    assert not labels_match(budget, deployments["canary"]["spec"]["template"]["metadata"]["labels"]), "one canary pod: no budget"
+    (hpa,) = [o for o in canary_cluster if o["kind"] == "HorizontalPodAutoscaler"]
+    assert hpa["spec"]["scaleTargetRef"]["name"] == deployments["stable"]["metadata"]["name"]
+    assert deployments["canary"]["spec"]["replicas"] == 1
+
+
+def test_the_canary_runs_the_stable_server_with_the_candidate_models(canary_cluster):
+    """The canary Deployment is the stable one (same file) but for its name, track, replicas and the
+    model image: the same server and builder images, a different model image."""
+    stable = find(canary_cluster, "Deployment", "image-classifier")
+    canary = find(canary_cluster, "Deployment", "image-classifier-canary")
+
+    def images(deployment: dict[str, Any]) -> dict[str, str]:
+        spec = deployment["spec"]["template"]["spec"]
+        return {c["name"]: c["image"] for c in [*spec["initContainers"], *spec["containers"]]}
+
+    stable_images, canary_images = images(stable), images(canary)
+    assert stable_images.keys() == canary_images.keys()
+    assert {k for k in stable_images if stable_images[k] != canary_images[k]} == {"models"}
+    assert stable_images["models"].split(":")[0] == canary_images["models"].split(":")[0]
+    stable_spec = json.loads(json.dumps(stable["spec"]["template"]["spec"]).replace(stable_images["models"], canary_images["models"]))
+    assert stable_spec == canary["spec"]["template"]["spec"]
+
+
 # --------------------------------------------------------------------------- pipelines: found, never named
 
 
@@ -684,7 +931,8 @@ def test_nothing_in_docker_or_k8s_names_a_pipeline():
     assert {"image_classifier", "person_segmenter"} <= {pipeline.name for pipeline in PIPELINES}
     pattern = re.compile("|".join(sorted(map(re.escape, names))), re.IGNORECASE)
     files = deployment_files()
-    assert {ENTRY_SCRIPT, BUILD_SCRIPT, K8S / "deployment.yaml", K8S / "dashboards" / "image-classifier.json"} <= set(files)
+    assert {ENTRY_SCRIPT, BUILD_SCRIPT, K8S / "server" / "deployment.yaml", K8S / "dashboards" / "image-classifier.json"} <= set(files)
+    assert CANARY / "kustomization.yaml" in files
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
         for path in files
@@ -830,8 +1078,35 @@ class EntryScriptServer(LocalTritonServer):
 
 
 @pytest.fixture(scope="module")
-def production_server(triton, built_repository, tmp_path_factory):
-    """The local tritonserver 2.51 (CPU core) started through docker/tritonserver-pipelines.sh with the Deployment's own flags."""
+def model_image_context(built_repository, tmp_path_factory) -> Path:
+    """The model image's build context, staged from the built repository as the README says."""
+    context = tmp_path_factory.mktemp("model-image")
+    assert model_image.main(["--model-repository", str(built_repository), "--output", str(context)]) == 0
+    return context
+
+
+@pytest.mark.integration
+def test_the_model_image_holds_every_built_model_and_no_plan(model_image_context, built_repository):
+    staged = model_image_context / model_image.STAGED_REPOSITORY
+    assert [p.name for p in model_image_context.iterdir()] == [model_image.STAGED_REPOSITORY], "the whole build context"
+    assert sorted(p.name for p in layout.pipelines(staged)) == sorted(p.name for p in PIPELINES)
+    for pipeline in layout.pipelines(staged):
+        served = pipeline.served_onnx()
+        assert served is not None and layout.provenance_path(served).is_file(), pipeline.name
+        assert (pipeline.core_dir / "configs" / "cpu.pbtxt").is_file() and not pipeline.plan.exists(), pipeline.name
+        built = layout.pipeline(pipeline.name, built_repository)
+        if built.drift_reference.is_file():
+            assert pipeline.drift_reference.read_bytes() == built.drift_reference.read_bytes(), pipeline.name
+    shipped = {p.relative_to(staged) for p in staged.rglob("*") if p.is_file()}
+    source = {p.relative_to(built_repository) for pipe in PIPELINES for p in pipe.repository.rglob("*") if p.is_file()}
+    assert shipped == {p for p in source if not model_image.excluded(p)}
+    assert not any(p.name.endswith(".plan") or "__pycache__" in p.parts for p in shipped)
+
+
+@pytest.fixture(scope="module")
+def production_server(triton, model_image_context, tmp_path_factory):
+    """The local tritonserver 2.51 (CPU core) started through docker/tritonserver-pipelines.sh with the
+    Deployment's own flags, serving the model image's content (what the `models` init container copies)."""
     env = {"TRITON_ADMIN_KEY": ADMIN_KEY}
     local = {ROOT_FLAG, "--http-port", "--grpc-port", "--metrics-port", "--exit-timeout-secs"}
     arguments = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in triton["args"] if a.split("=", 1)[0] not in local]
@@ -840,7 +1115,7 @@ def production_server(triton, built_repository, tmp_path_factory):
         http_port=free_port(),
         grpc_port=free_port(),
         metrics_port=free_port(),
-        model_repository=built_repository,
+        model_repository=model_image_context / model_image.STAGED_REPOSITORY,
         exit_timeout_secs=int(flag_values(triton["args"])["--exit-timeout-secs"]),
         extra_args=arguments,
         log_file=directory / "tritonserver.log",
