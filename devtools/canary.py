@@ -52,6 +52,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -407,6 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     decision = decide(tracks["stable"], tracks["canary"], thresholds)
     actions: list[str] = []
     code = decision.exit_code
+    applying = time.monotonic()
     try:
         if args.apply == "nginx":
             actions = apply_nginx(decision.verdict, args.nginx_dir, args.stable_backend, args.canary_backend)
@@ -427,6 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CanaryError as error:
         print(f"canary: error: {decision.verdict} not applied: {error}", file=sys.stderr)
         code = EXIT_ERROR if not args.yes and args.apply == "kubectl" else EXIT_ACTION_FAILED
+    apply_seconds = round(time.monotonic() - applying, 2)
     if args.json:
         report = {
             "pipeline": args.pipeline,
@@ -439,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             "checks": [asdict(check) for check in decision.checks],
             "actions": actions,
+            "apply_seconds": apply_seconds,
             "applied": args.apply != "none" and (args.apply != "kubectl" or args.yes) and code == decision.exit_code,
         }
         print(json.dumps(report, indent=2))

@@ -36,6 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devtools.triton_server import _terminate_with_parent
+
 STATE_FILE = "backends.json"
 CONFIG_FILE = "nginx.conf"
 PID_FILE = "nginx.pid"
@@ -219,7 +221,7 @@ class NginxProxy:
     process: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
-        from devtools.loadgen import free_port
+        from devtools.loadgen import free_port  # numpy and tritonclient: only when ports are to be found
 
         self.folder = Path(self.folder).resolve()
         self.http_port = self.http_port or free_port()
@@ -299,6 +301,7 @@ class NginxProxy:
             self._command(self.config_path, "-g", "daemon off;"),
             stdout=subprocess.DEVNULL,
             stderr=open(self.folder / "logs" / "nginx.stderr", "ab"),  # noqa: SIM115 - nginx writes to it until it exits
+            preexec_fn=_terminate_with_parent,  # no nginx left behind if this process dies
         )
         deadline = time.monotonic() + timeout_s
         while not (self.workers() and self._accepts(self.http_port) and self._accepts(self.grpc_port)):
