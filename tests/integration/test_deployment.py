@@ -37,6 +37,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -86,6 +87,7 @@ EXPECTED_CRDS = {
 }
 TRACKS = ("stable", "canary")
 ADMIN_KEY = "test-admin-key"
+DRIFT_BATCH = 8  # images per request while filling the drift windows (every ensemble takes at least 16)
 
 
 # --------------------------------------------------------------------------- tools and inputs
@@ -671,7 +673,10 @@ def test_alerts_cover_the_thresholds_and_have_runbooks(objects):
     rules = prometheus_rules(objects)
     for rule in rules:
         assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
-        assert rule["annotations"]["summary"] and len(rule["annotations"]["runbook"]) > 150, rule["alert"]
+        annotations = rule["annotations"]
+        assert annotations["summary"] and len(annotations["description"]) > 80, rule["alert"]
+        # tests/unit/test_alert_runbooks.py checks that the URL's section exists in docs/runbooks.md.
+        assert annotations["runbook_url"].startswith("https://") and "/docs/runbooks.md#" in annotations["runbook_url"], rule["alert"]
     expressions = " ".join(rule["expr"] for rule in rules)
     for needle in ("< 0.995", "> 50000", "> 100000", "nv_inference_request_failure", "nv_gpu_utilization", "nv_gpu_memory_used_bytes"):
         assert needle in expressions, needle
@@ -714,6 +719,10 @@ def test_dashboard_shows_every_step_of_every_pipeline(objects):
         "nv_inference_request_duration_us",
         "nv_inference_exec_count",
         "nv_inference_queue_summary_us",
+        "vision_drift_p_value",
+        "vision_feature_window_mean",
+        "vision_feature_reference_mean",
+        "vision_nonfinite_outputs_total",
     ):
         assert metric in joined, metric
     assert any("nv_inference_count" in e and "nv_inference_exec_count" in e for e in expressions), "batch size panel"
@@ -750,7 +759,7 @@ def used_metric_names(objects) -> set[str]:
     texts += [v["definition"] for v in board["templating"]["list"] if "definition" in v]
     names = set()
     for text in texts:
-        names |= set(re.findall(r"\b(nv_[a-z_]+)\b", text))
+        names |= set(re.findall(r"\b((?:nv|vision)_[a-z_]+)\b", text))
         names |= {"up"} & set(re.findall(r"\b(up)\{", text))
     return names
 
@@ -1189,17 +1198,32 @@ def test_metric_names_used_exist_on_the_real_server(production_server, objects, 
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(production_server.http_url)
-    for pipeline in PIPELINES:  # every ensemble takes IMAGE (encoded bytes); one request each fills its steps' metrics
-        image = httpclient.InferInput("IMAGE", [1, 1], "BYTES")
-        image.set_data_from_numpy(np.array([[photo_bytes["coffee"]]], dtype=np.object_))
-        client.infer(pipeline.name, [image])
-    with urllib.request.urlopen(f"http://localhost:{production_server.metrics_port}/metrics", timeout=10) as response:
-        exposition = response.read().decode()
-    exported = set(re.findall(r"^(nv_[a-z_]+?)(?:_count|_sum)?[{ ]", exposition, re.MULTILINE))
-    exported |= set(re.findall(r"^# TYPE (nv_[a-z_]+) ", exposition, re.MULTILINE))
     used = used_metric_names(objects)
     assert used & GPU_ONLY_METRICS == GPU_ONLY_METRICS and used & PROMETHEUS_BUILTINS == PROMETHEUS_BUILTINS
-    missing = used - GPU_ONLY_METRICS - PROMETHEUS_BUILTINS - exported
+    assert {name for name in used if name.startswith("vision_")} >= {"vision_drift_p_value", "vision_nonfinite_outputs_total"}
+    # Every ensemble takes IMAGE (encoded bytes): one request fills its steps' nv_* metrics. The drift
+    # p-values and window means (vision_*) appear once a model's window holds drift_min_samples images
+    # and its worker thread has tested it: batches of DRIFT_BATCH images until they are there.
+    deadline = time.monotonic() + 180
+    while True:
+        for pipeline in PIPELINES:
+            image = httpclient.InferInput("IMAGE", [DRIFT_BATCH, 1], "BYTES")
+            image.set_data_from_numpy(np.array([[photo_bytes["coffee"]]] * DRIFT_BATCH, dtype=np.object_))
+            client.infer(pipeline.name, [image])
+        with urllib.request.urlopen(f"http://localhost:{production_server.metrics_port}/metrics", timeout=10) as response:
+            exposition = response.read().decode()
+        exported = set(re.findall(r"^((?:nv|vision)_[a-z_]+?)(?:_count|_sum)?[{ ]", exposition, re.MULTILINE))
+        exported |= set(re.findall(r"^# TYPE ((?:nv|vision)_[a-z_]+) ", exposition, re.MULTILINE))
+        missing = used - GPU_ONLY_METRICS - PROMETHEUS_BUILTINS - exported
+        # ... on every pipeline, with the alerts' labels (pipeline, model, feature).
+        missing |= {
+            f"{name}{{pipeline={pipeline.name}}}"
+            for name in ("vision_drift_p_value", "vision_feature_window_mean", "vision_nonfinite_outputs_total")
+            for pipeline in PIPELINES
+            if not re.search(rf'^{name}{{[^}}]*pipeline="{pipeline.name}"', exposition, re.MULTILINE)
+        }
+        if not missing or time.monotonic() > deadline:
+            break
     assert not missing, f"not on the server's /metrics: {sorted(missing)}"
     for step in STEPS:
         assert f'nv_inference_queue_summary_us{{model="{step}",version="1",quantile="0.95"}}' in exposition
