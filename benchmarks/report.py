@@ -423,6 +423,11 @@ def issue_targets(results: dict) -> dict:
         if not reference.get("throughput") or not best:
             continue
         ratio = best["throughput"] / reference["throughput"]
+        # The same ratio from CPU time (limit's CPU ms per image / the ensemble's server + client CPU ms per request):
+        # what the throughput ratio is on an otherwise idle machine, where both are CPU-bound; it moves far less with
+        # other load than throughput does (the limit and the ensemble are measured minutes apart).
+        ensemble_cpu = (best.get("server_cpu_ms_per_request") or 0) + (best.get("client_cpu_ms_per_request") or 0)
+        cpu_ratio = reference["cpu_ms_per_image"] / ensemble_cpu if ensemble_cpu and reference.get("cpu_ms_per_image") else None
         per_runtime = "; ".join(
             f"{LABELS[system]} {row['throughput']:.1f} req/s at c={row['concurrency']}"
             for system in ENSEMBLES
@@ -430,13 +435,21 @@ def issue_targets(results: dict) -> dict:
         )
         report[f"{mix}_vs_reference"] = {
             "description": (
-                f"{mix}: best ensemble throughput >= {wanted} x in-process onnxruntime-FP32 limit with full-size (OpenCV) decoding"
+                f"{mix}: best ensemble throughput >= {wanted} x in-process onnxruntime-FP32 limit with full-size (OpenCV) decoding "
+                "(and the same from CPU time)"
                 if wanted
                 else f"(context, no target) {mix}: best ensemble / the same limit"
             ),
             "value": round(ratio, 3),
-            "detail": f"{per_runtime} vs {reference['throughput']:.1f} img/s ({reference['mode']}, batch {reference['batch_size']})",
-            "met": ratio >= wanted if wanted else None,
+            "detail": f"{per_runtime} vs {reference['throughput']:.1f} img/s ({reference['mode']}, batch {reference['batch_size']})"
+            + (
+                f"; from CPU time: {cpu_ratio:.2f} ({reference['cpu_ms_per_image']:.1f} CPU ms/img vs {ensemble_cpu:.1f} per request)"
+                if cpu_ratio
+                else ""
+            ),
+            "cpu_ratio": round(cpu_ratio, 3) if cpu_ratio else None,
+            # Met only when both measures say so (on a loaded machine they can disagree).
+            "met": (ratio >= wanted and (cpu_ratio is None or cpu_ratio >= wanted)) if wanted else None,
         }
     web = runs.get("web")
     if web:

@@ -92,6 +92,7 @@ def table(results: dict[str, dict[str, float]]) -> str:
         )
         rows.append([f"{mix}: after, core on OpenVINO", m["decode_after"], m["resize_after"], m["core_openvino"], m["postprocess"],
                      m["decode_after"] + m["resize_after"] + m["core_openvino"] + m["postprocess"]])  # fmt: skip
+    rows = [[row[0], *(f"{value:.2f}" for value in row[1:])] for row in rows]
     return report._table(["upload mix, decoder", "decode", "resize+crop+normalize", "core (batch 8)", "postprocess", "total"], rows)
 
 
