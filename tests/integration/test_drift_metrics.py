@@ -1,7 +1,7 @@
 """Drift metrics on a real tritonserver: the classifier pipeline, in-distribution then night-camera traffic.
 
 A private copy of the built image_classifier pipeline is served with small windows (drift_window
-128, drift_min_samples 64, drift_update_every 16), so a few hundred images exercise every metric.
+96, drift_min_samples 48, drift_update_every 16), so a few hundred images exercise every metric.
 In-distribution traffic is the reference's own source: the held-out photos with augmentations of
 another seed. The shifted stream is the same photos as a night camera sees them (gray, x 0.15,
 sensor noise). Run with ``-s`` to see the per-feature p-values of both streams.
@@ -30,9 +30,13 @@ pytestmark = pytest.mark.integration
 
 PIPELINE = "image_classifier"
 PREPROCESS, POSTPROCESS = f"{PIPELINE}_preprocess", f"{PIPELINE}_postprocess"
-SETTINGS = {"drift_window": 128, "drift_min_samples": 64, "drift_update_every": 16}
-STREAM_SEED = 2024
 BATCH = 8
+SETTINGS = {"drift_window": 96, "drift_min_samples": 48, "drift_update_every": 16}
+# Triton spreads batches over the 2 preprocess instances, each with its own window: twice the window
+# fills both; a few more batches publish the updates that finished after each instance's last batch.
+STREAM = 2 * SETTINGS["drift_window"] + 2 * SETTINGS["drift_update_every"]
+FLUSH = 4 * BATCH
+STREAM_SEED = 2024
 FAMILIES = (
     "vision_drift_statistic",
     "vision_drift_p_value",
@@ -134,9 +138,8 @@ def test_drift_metrics_in_distribution_then_night_camera(drift_server):
     assert set(by_feature(before["vision_feature_reference_mean"], POSTPROCESS)) == {"confidence", "entropy"}
     assert {dict(labels)["model"] for labels in before["vision_nonfinite_outputs_total"]} == {POSTPROCESS}
 
-    normal = in_distribution(SETTINGS["drift_window"] + 2 * SETTINGS["drift_update_every"])
+    normal = in_distribution(STREAM + FLUSH)
     send(client, normal)
-    send(client, normal[:BATCH])  # one more batch publishes the last finished update
     calm = read_metrics(drift_server)
     image_p = by_feature(calm["vision_drift_p_value"], PREPROCESS)
     output_p = by_feature(calm["vision_drift_p_value"], POSTPROCESS)
@@ -151,8 +154,7 @@ def test_drift_metrics_in_distribution_then_night_camera(drift_server):
     assert len(not_tiny) >= 0.75 * (len(image_p) + len(output_p)), (image_p, output_p)
     assert image_p["brightness"] >= 1e-3 and image_p["saturation"] >= 1e-3
 
-    # Enough night frames to fill both preprocess instances' windows (Triton spreads batches over them).
-    send(client, night_camera(normal + normal[: SETTINGS["drift_window"]]))
+    send(client, night_camera(normal))
     night = read_metrics(drift_server)
     image_p = by_feature(night["vision_drift_p_value"], PREPROCESS)
     output_p = by_feature(night["vision_drift_p_value"], POSTPROCESS)

@@ -5,14 +5,15 @@ feature, ``feature``):
 
 - ``vision_drift_statistic`` (gauge): KS D (numeric features) or the chi-square statistic (categorical);
 - ``vision_drift_p_value`` (gauge): that test's p-value, set once the window holds ``drift_min_samples``;
-- ``vision_drift_window_samples`` (gauge, no ``feature``): images in the current window;
+- ``vision_drift_window_samples`` (gauge, no ``feature``): images in the window of the latest update;
 - ``vision_feature_window_mean`` / ``vision_feature_reference_mean`` (gauges): numeric features;
 - ``vision_nonfinite_outputs_total`` (counter, no ``feature``): requests refused for a NaN/Inf core output.
 
 :class:`DriftMetrics` is built at ``initialize``; the models call ``observe`` with each batch's
 features (never failing a request: a drift bug is logged) and ``check_finite`` per request.
 The statistics come from :class:`vision_serving.drift.DriftMonitor`; every value is set from the
-request thread.
+request thread, and only when an update has finished (every ``drift_update_every`` images): each
+``set`` is an IPC round trip from the stub to the server.
 """
 
 from __future__ import annotations
@@ -111,10 +112,11 @@ class DriftMetrics:
             return
         try:
             self.monitor.observe(compute_features())
-            self.window_samples.set(float(self.monitor.window_samples))
             report = self.monitor.latest()
+            # Each set() is a round trip to the server process: values change only with a finished update.
             if report is not None and report.sequence > self.published:
                 self.published = report.sequence
+                self.window_samples.set(float(report.samples))
                 for result in report.results.values():
                     if result.window_mean is not None:
                         self._gauge("window_mean", result.feature).set(result.window_mean)
