@@ -357,7 +357,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="canary",
         description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("Exit codes: ")[1],
+        epilog="exit codes: " + __doc__.split("Exit codes: ")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://localhost:9090")
@@ -448,9 +448,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(format_table(decision))
-        prefix = "" if args.apply != "kubectl" or args.yes else "# run: "
+        if actions and args.apply == "kubectl" and not args.yes:
+            print("# not run (--yes runs them):")
         for line in actions:
-            print(f"{prefix}{line}")
+            print(line)
     return code
 
 
