@@ -2,8 +2,10 @@
 
 Some build steps need packages whose pins conflict with ``.venv`` (TensorFlow and
 tf2onnx want numpy 2 and protobuf 7; MediaPipe pins its own protobuf). Each such
-tool gets a venv of its own under ``.build/envs/<name>``, installed from the
-fully pinned ``requirements/<name>.txt``. A stamp file in the venv records the
+tool gets a venv of its own under ``.build/envs/<name>``, installed with
+``--require-hashes`` from the lock ``requirements/<name>.txt`` (generated from
+``requirements/<name>.in`` by ``python -m devtools.lock``), after pip itself from
+``requirements/pip.txt``. A stamp file in the venv records the
 sha256 of the requirements file it was installed from; the venv is (re)installed
 only when that hash changes, so repeated builds cost nothing.
 
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ENVS_DIR = ROOT / ".build" / "envs"
 REQUIREMENTS_DIR = ROOT / "requirements"
 STAMP_NAME = ".requirements.sha256"
+PIP_LOCK = REQUIREMENTS_DIR / "pip.txt"
 _TAIL_LINES = 12
 
 
@@ -87,17 +90,18 @@ def ensure_env(name: str, log: Log = _stderr_log) -> Path:
             raise BuildError(f"cannot create venv {venv}: {_tail(created.stderr + created.stdout, 3)}")
     stamp.unlink(missing_ok=True)
     log(f"installing {requirements.relative_to(ROOT)} into {venv.relative_to(ROOT)} (this can take minutes)")
-    installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-r", str(requirements)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if installed.returncode != 0:
-        raise BuildError(
-            f"pip install -r {requirements.relative_to(ROOT)} failed in {venv.relative_to(ROOT)}: "
-            f"{_tail(installed.stderr or installed.stdout, 4)}"
+    # pip first: the venv's bundled pip may fail --require-hashes on a dependency's extras (requirements/pip.in).
+    for locked in (PIP_LOCK, requirements):
+        installed = subprocess.run(
+            [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--require-hashes", "-r", str(locked)],
+            capture_output=True,
+            text=True,
+            check=False,
         )
+        if installed.returncode != 0:
+            raise BuildError(
+                f"pip install -r {locked.relative_to(ROOT)} failed in {venv.relative_to(ROOT)}: {_tail(installed.stderr or installed.stdout, 4)}"
+            )
     stamp.write_text(wanted + "\n")
     log(f"{name}: ready")
     return python

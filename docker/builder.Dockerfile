@@ -32,20 +32,24 @@ RUN python3 -m venv --without-pip --system-site-packages /opt/venv
 
 WORKDIR /opt/image-classifier
 COPY requirements/ requirements/
-# torch: the CPU wheel (export and calibration run on CPU; the GPU is TensorRT's),
-# pinned by requirements/build.txt. Then the builders' pins, ModelOpt without its
-# [onnx] extra (it would replace onnxruntime with onnxruntime-gpu; see
-# requirements/quantize.txt), pytest for the GPU tests.
-RUN python3 -m pip --python /opt/venv/bin/python install --no-compile \
-        --index-url "${TORCH_INDEX_URL}" "$(grep -E '^torch==' requirements/build.txt)" \
+# torch first: the CPU wheel (export and calibration run on CPU; the GPU is TensorRT's)
+# from TORCH_INDEX_URL, at the version requirements/builder.in pins, alone (--no-deps).
+# It is the one package installed without a hash: its cp312 +cpu wheel lives only on
+# that index, which the machines that regenerate the locks cannot reach, and PyPI's
+# Linux torch is the CUDA build. Then the lock requirements/builder.txt (Python 3.12,
+# every package pinned and hashed; torch and PyPI torch's CUDA packages left out,
+# torch's CPU dependencies in), then ModelOpt alone from requirements/modelopt.txt
+# (its [onnx] extra would replace onnxruntime with onnxruntime-gpu; builder.in).
+RUN python3 -m pip --python /opt/venv/bin/python install --no-compile --no-deps \
+        --index-url "${TORCH_INDEX_URL}" "$(grep -E '^torch==' requirements/builder.in)" \
     && python3 -m pip --python /opt/venv/bin/python install --no-compile \
-        -r requirements/serve.txt -r requirements/build.txt -r requirements/quantize.txt \
-        "$(grep -E '^pytest==' requirements/dev.txt)" \
+        --require-hashes -r requirements/builder.txt \
     && python3 -m pip --python /opt/venv/bin/python install --no-compile --no-deps \
-        "nvidia-modelopt==${MODELOPT_VERSION}"
+        --require-hashes -r requirements/modelopt.txt \
+    && /opt/venv/bin/python -c "import modelopt, importlib.metadata as m; assert m.version('nvidia-modelopt') == '${MODELOPT_VERSION}'"
 
 # The separate build environments builders/build_envs.py runs tools in
-# (.build/envs/<name> from requirements/<name>.txt: TensorFlow + tf2onnx for TFLite
+# (.build/envs/<name> from the lock requirements/<name>.txt: TensorFlow + tf2onnx for TFLite
 # sources pin numpy 2 / protobuf 7, which /opt/venv cannot take). Made here, in
 # /opt/build-envs/<name>, not at run time: NVIDIA's Ubuntu Python may lack ensurepip
 # (python3-venv; /opt/venv above is made --without-pip for that reason), which
@@ -54,7 +58,7 @@ RUN python3 -m pip --python /opt/venv/bin/python install --no-compile \
 # compares: the sha256 of requirements/<name>.txt.
 RUN for name in ${BUILD_ENVS}; do \
         python3 -m venv --without-pip "/opt/build-envs/${name}" \
-        && python3 -m pip --python "/opt/build-envs/${name}/bin/python" install --no-compile -r "requirements/${name}.txt" \
+        && python3 -m pip --python "/opt/build-envs/${name}/bin/python" install --no-compile --require-hashes -r "requirements/${name}.txt" \
         && sha256sum "requirements/${name}.txt" | cut -d " " -f 1 > "/opt/build-envs/${name}/.requirements.sha256" \
         || exit 1; \
     done

@@ -28,13 +28,21 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN python3 -m venv --without-pip /opt/venv
 
 WORKDIR /opt/image-classifier
-# Pinned exactly as tested locally: requirements/serve.txt keeps numpy<2. The
-# Python backend's pybind11 was made numpy-2 capable (python_backend#384), but
-# NVIDIA still lists no numpy 2 support for the Python backend (server#8301 open,
-# compose.py pins numpy<2) and the 2.51 stub the tests run returns empty tensors
-# with numpy 2. torch is deliberately not installed.
-COPY requirements/serve.txt requirements/serve.txt
-RUN python3 -m pip --python /opt/venv/bin/python install --no-compile -r requirements/serve.txt
+# requirements/image.txt: the lock of requirements/image.in, resolved for this image's
+# Python 3.12 on manylinux_2_28 x86_64 (python -m devtools.lock), every package pinned
+# and hashed, installed from wheels only; tests/integration/test_dependencies.py
+# downloads it that way from PyPI. Only what the Python-backend models import: no
+# torch, no tritonclient[http] (tritonclient[grpc] for model_config_pb2 only).
+# numpy<2 on this image's own evidence, not the local server's: Triton 2.51/2.52
+# listed numpy 2 as a known issue of the Python backend (empty tensors);
+# python_backend#384 (Oct 2024) moved its pybind11 to a numpy-2 capable 2.12, yet no
+# release note up to 2.75.0 (this 26.11 image, 17 Nov 2026) announces numpy 2
+# support, server#8301 "Support for numpy2.x" is open (users still asking in
+# 2026-09, no maintainer answer) and compose.py reportedly still pins numpy<2.
+# Locally the 2.51 stub the tests run returns empty tensors with numpy 2.
+COPY requirements/image.txt requirements/image.txt
+RUN python3 -m pip --python /opt/venv/bin/python install --no-compile \
+        --require-hashes --only-binary=:all: -r requirements/image.txt
 
 COPY pyproject.toml README.md ./
 COPY vision_serving vision_serving

@@ -26,6 +26,7 @@ from typing import Any
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPOSITORY_ROOT / "model_repository"
 BUILD_DIR = REPOSITORY_ROOT / ".build"
+REQUIREMENTS_DIR = REPOSITORY_ROOT / "requirements"  # <set>.in (edited) -> <set>.txt (locked: python -m devtools.lock)
 RECIPE_FILENAME = "pipeline.toml"
 # The alert rules (a Prometheus Operator PrometheusRule) and the runbooks their runbook_url annotations point into.
 PROMETHEUS_RULE = REPOSITORY_ROOT / "k8s" / "prometheusrule.yaml"
