@@ -10,6 +10,7 @@ is the real tritonclient with the shipped RetryPolicy (UNAVAILABLE retried withi
 
 (a) rolling update: two backends; each in turn is drained from the proxy, sent
     SIGTERM and replaced by a new server on new ports: 0 failed requests.
+HTTP/1.1 through the proxy (proxy_pass) is checked with one classification.
 (b) a 9:1 split: the canary's share of >= 1000 requests, counted by the servers
     themselves (statistics API), is 10 % ± 3 points.
 (c) a bad candidate (its preprocess limits max_image_pixels to 10000, a
@@ -37,7 +38,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from devtools import canary
-from devtools.client import RetryPolicy
+from devtools.client import RetryPolicy, TritonConnection
 from devtools.loadgen import GOLDEN_LABELS, MODEL, LoadGenerator, LoadReport, WrongAnswer, classify, copy_repository, free_port
 from devtools.prometheus import LocalPrometheus, ScrapeTarget
 from devtools.proxy import NginxProxy, Upstream
@@ -246,6 +247,15 @@ def test_rolling_update_drain_sigterm_replace_loses_no_request(fleet, load):
     assert not report.failures, report.summary()["errors"]
     assert all(count > 0 for count in served.values()), served
     assert stopped == {"a": 0, "b": 0}
+
+
+def test_http_through_the_proxy(fleet, photo_bytes):
+    """KServe v2 over HTTP/1.1 (proxy_pass, keepalive upstreams): readiness and one classification."""
+    with urllib.request.urlopen(f"http://{fleet.proxy.http_url}/v2/models/{MODEL}/ready", timeout=10) as response:
+        assert response.status == 200
+    connection = TritonConnection("http", fleet.proxy.http_url, timeout=60)  # tensor names from the model's metadata
+    predictions = connection.infer(connection.model_interface(MODEL), [photo_bytes["coffee"]], top_k=1)
+    assert predictions[0][0].label in GOLDEN_LABELS["coffee"]
 
 
 def test_weighted_split_90_10_within_3_points(fleet, load):
