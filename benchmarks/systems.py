@@ -135,7 +135,7 @@ def naive_service_available() -> str | None:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as error:
-        return f"{error.name} is not installed (pip install -r requirements/bench.txt)"
+        return f"{error.name} is not installed (they come with requirements/dev.txt: scripts/bootstrap.sh)"
     return None
 
 

@@ -54,7 +54,7 @@ SKIMAGE_PHOTOS: tuple[Photo, ...] = (
 
 
 # Photographs in other packages' wheels, offered only where that package is
-# installed (requirements/quantize.txt installs both): (import name, photo with
+# installed (requirements/builder.in pins both): (import name, photo with
 # a path relative to the package folder).
 OTHER_PACKAGE_PHOTOS: tuple[tuple[str, Photo], ...] = (
     ("sklearn", Photo("china", "datasets/images/china.jpg", "Summer Palace, Beijing: pavilion and trees (color)")),

@@ -101,7 +101,7 @@ SOURCE_FILES = (
 # What the calibration array is a function of, besides the recipe: a cached .npy is reused only if unchanged.
 CALIBRATION_CODE = ("builders/calibration.py", "vision_serving/image_codec.py", "vision_serving/preprocessing.py")
 PACKAGES = ("nvidia-modelopt", "onnx", "onnxruntime", "onnx-graphsurgeon", "numpy", "opencv-python-headless")
-REQUIRED_MODULES = {"modelopt": "nvidia-modelopt==0.47.0 (see requirements/quantize.txt)", "onnx": "onnx", "onnxruntime": "onnxruntime"}
+REQUIRED_MODULES = {"modelopt": "nvidia-modelopt==0.47.0 (requirements/modelopt.txt)", "onnx": "onnx", "onnxruntime": "onnxruntime"}
 
 
 class VerificationError(CheckFailed):

@@ -184,7 +184,7 @@ def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REP
 
     Each pipeline's core ONNX is exported from its recipe; when the selected core
     config serves another file (the INT8 Q/DQ model of cpu_int8), the precision
-    ladder builds it (INT8 needs requirements/quantize.txt). Each pipeline's drift reference
+    ladder builds it (INT8 needs ModelOpt: requirements/modelopt.txt). Each pipeline's drift reference
     (builders drift-reference) is built too, so the served models export drift statistics."""
     from builders import BuildError, drift_reference, export, photos, quantize
     from vision_serving import model_config

@@ -42,5 +42,15 @@ def test_issue_targets_ratios_and_verdicts():
 def test_latency_throughput_plot(tmp_path):
     results = {"runs": {"web": run(100.0, [row(1, 40.0, 24.0), row(4, 90.0, 45.0)], [row(1, 35.0, 28.0)])}}
     path = report.plot(results, tmp_path / "plot.png")
-    if path is not None:  # matplotlib is in requirements/bench.txt
+    if path is not None:  # matplotlib is in requirements/dev.txt (builder.in)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size < 200_000
+
+
+def test_a_throughput_target_needs_the_cpu_time_ratio_to_agree():
+    """Measured minutes apart on a loaded machine, throughput can flatter; CPU time per image decides with it."""
+    web = run(100.0, [{**row(16, 150.0, 100.0), "server_cpu_ms_per_request": 30.0, "client_cpu_ms_per_request": 1.0}], [])
+    web["inprocess_reference"][0]["cpu_ms_per_image"] = 31.0  # the same CPU per image: ratio 1.0 from CPU time
+    targets = report.issue_targets({"runs": {"web": web}})["web_vs_reference"]
+    assert targets["value"] == 1.5 and targets["cpu_ratio"] == 1.0 and targets["met"] is False
+    web["inprocess_reference"][0]["cpu_ms_per_image"] = 46.5  # 1.5x the ensemble's CPU per request
+    assert report.issue_targets({"runs": {"web": web}})["web_vs_reference"]["met"] is True
