@@ -24,6 +24,7 @@ Exits 1 when the gate fails.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -72,11 +73,15 @@ def top5(pipeline: Pipeline, pixels: np.ndarray) -> np.ndarray:
     return np.argsort(-logits, axis=1)[:, :5]
 
 
-def measure(per_photo: int) -> dict:
+def measure(per_photo: int, oversampling: float | None = None) -> dict:
+    """``oversampling``: another ``decode_oversampling`` than the served config's (what-if)."""
     started = time.time()
     print("decode_gate: making the held-out images...", file=sys.stderr, flush=True)
     made = held_out_images(per_photo)
     served = Pipeline(core_config_name="cpu")
+    if oversampling is not None:
+        served.spec = dataclasses.replace(served.spec, decode_oversampling=oversampling)
+        served.minimum = preprocessing.decode_minimum(served.spec)
     reference = Pipeline(core_config_name="cpu_onnxruntime")
     rows = []
     for name, kind, data in made:
@@ -159,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.decode_gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-photo", type=int, default=12, help="augmentations per held-out photo (default 12)")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "decode_gate.md")
+    parser.add_argument("--oversampling", type=float, help="what-if: another decode_oversampling than the served config's")
     parser.add_argument("--render-only", action="store_true", help="measure nothing: rewrite the .md from the .json next to it")
     args = parser.parse_args(argv)
     if args.render_only:
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_photo < 0:
         parser.error("--per-photo must be >= 0")
     command = " ".join([".venv/bin/python -m benchmarks.decode_gate", *(sys.argv[1:] if argv is None else argv)])
-    result = measure(args.per_photo)
+    result = measure(args.per_photo, args.oversampling)
     result["command"] = command
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(markdown(result, command))
