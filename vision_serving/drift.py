@@ -17,6 +17,10 @@ gauges (:mod:`vision_serving.triton_models.drift_metrics`).
   every pixel is sure). Detection (:func:`detection_features`): ``faces`` per image,
   ``confidence`` (mean score of the kept faces; an image without a face has none).
 
+**Selection**: the optional ``drift_features`` parameter (a comma list of :data:`MODEL_FEATURES`
+names of that model; empty or absent: all) chooses which features are tested and exported; the
+others are still computed (they are cheap) but never windowed, tested or exported.
+
 **Tests** (:func:`compare`): numeric features, the two-sample Kolmogorov-Smirnov test of the window
 against the reference sample (statistic D, asymptotic p-value: :func:`ks_test`); categorical ones, Pearson's
 chi-square test of the window's counts against the reference's counts (the 2 x k table: the
@@ -54,6 +58,13 @@ PARAMETERS = ("drift_enabled", "drift_window", "drift_min_samples", "drift_updat
 
 IMAGE_NUMERIC = ("brightness", "contrast", "saturation", "sharpness", "width", "height", "aspect_ratio", "bytes")
 IMAGE_CATEGORICAL = ("format",)
+# Every feature a model can test and export, per kind of model (drift_features selects among them).
+MODEL_FEATURES = {
+    "preprocess": IMAGE_NUMERIC + IMAGE_CATEGORICAL,
+    "classification": ("confidence", "entropy", "predicted_class"),
+    "segmentation": ("coverage", "confidence"),
+    "detection": ("faces", "confidence"),
+}
 
 
 class DriftError(ValueError):
@@ -176,6 +187,39 @@ def check_finite(values: np.ndarray, name: str) -> None:
 # --------------------------------------------------------------------------- settings and reference
 
 
+def model_kind(config: model_config.ModelConfig) -> str | None:
+    """Which features a model computes (a MODEL_FEATURES key), from its name and parameters;
+    None for a model that computes none."""
+    if config.name.endswith("_preprocess"):
+        return "preprocess"
+    if not config.name.endswith("_postprocess"):
+        return None
+    if "labels_file" in config.parameters:
+        return "classification"
+    if "mask_mode" in config.parameters:
+        return "segmentation"
+    if "num_coords" in config.parameters:
+        return "detection"
+    return None
+
+
+def parse_features(text: str, known: Sequence[str] | None = None) -> tuple[str, ...] | None:
+    """``drift_features`` ("brightness, confidence"; empty = every feature: None) -> the selected
+    names, each one of ``known`` when given."""
+    names = [name.strip() for name in text.split(",")] if text.strip() else []
+    if not names:
+        return None
+    if "" in names:
+        raise DriftError(f"drift_features {text!r}: an empty name (a stray comma?)")
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise DriftError(f"drift_features names {', '.join(duplicates)} twice")
+    unknown = [name for name in names if known is not None and name not in known]
+    if unknown and known is not None:
+        raise DriftError(f"drift_features: unknown feature(s) {', '.join(unknown)}; this model's features: {', '.join(known)}")
+    return tuple(names)
+
+
 @dataclass(frozen=True)
 class DriftSettings:
     enabled: bool = True
@@ -183,6 +227,7 @@ class DriftSettings:
     min_samples: int = 128
     update_every: int = 32
     reference: str = "drift_reference.json"
+    features: tuple[str, ...] | None = None  # the tested and exported features; None: all of the reference's
 
     def __post_init__(self) -> None:
         for name in ("window", "min_samples", "update_every"):
@@ -208,9 +253,16 @@ class DriftSettings:
                 min_samples=model_config.int_parameter(config, "drift_min_samples"),
                 update_every=model_config.int_parameter(config, "drift_update_every"),
                 reference=model_config.parameter(config, "drift_reference"),
+                features=parse_features(model_config.parameter(config, "drift_features", ""), features_of(config)),
             )
         except DriftError as error:
             raise model_config.ConfigError(f"model '{config.name}': {error}") from None
+
+
+def features_of(config: model_config.ModelConfig) -> tuple[str, ...] | None:
+    """Every feature ``config``'s model computes; None when it is not a model with drift features."""
+    kind = model_kind(config)
+    return MODEL_FEATURES[kind] if kind else None
 
 
 def served_version_dir(core_dir: Path, version: str | None = None) -> Path | None:
@@ -248,6 +300,18 @@ class Reference:
             if not len(values) or not np.isfinite(values).all():
                 raise DriftError(f"reference feature {name!r} is empty or not finite")
         return cls(numeric, categorical)
+
+    def select(self, features: Sequence[str] | None) -> Reference:
+        """Only ``features`` (None: all); a selected feature the reference lacks is a DriftError."""
+        if features is None:
+            return self
+        missing = [name for name in features if name not in self.numeric and name not in self.categorical]
+        if missing:
+            raise DriftError(f"the reference has no feature(s) {', '.join(missing)} (drift_features); rebuild it")
+        return Reference(
+            {name: values for name, values in self.numeric.items() if name in features},
+            {name: counts for name, counts in self.categorical.items() if name in features},
+        )
 
     @classmethod
     def from_features(cls, batches: Sequence[Features]) -> Reference:
@@ -422,7 +486,7 @@ class DriftMonitor:
 
     def __init__(self, reference: Reference, settings: DriftSettings, background: bool = True) -> None:
         self.settings = settings
-        self.reference = PreparedReference.of(reference, settings.min_samples)
+        self.reference = PreparedReference.of(reference.select(settings.features), settings.min_samples)
         self.numeric = {name: RingBuffer(settings.window) for name in self.reference.numeric}
         self.categorical = {name: RingBuffer(settings.window, np.int64) for name in self.reference.bins}
         self.images = 0  # images in the window

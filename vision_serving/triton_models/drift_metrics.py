@@ -78,17 +78,19 @@ class DriftMetrics:
         version_dir = drift.served_version_dir(pipeline.core_dir, version)
         path = layout.drift_reference_path(version_dir or pipeline.core_version_dir, settings.reference)
         try:
-            reference = drift.load_reference(path, config.name)
+            monitor = drift.DriftMonitor(drift.load_reference(path, config.name), settings)
         except (OSError, drift.DriftError) as error:
             self.logger.log_warn(
                 f"{config.name}: no drift statistics: cannot read {path} ({error}); build it with "
                 f"`python -m builders drift-reference --pipeline {pipeline.name}`"
             )
             return None
+        features = ", ".join(settings.features) if settings.features else "all features"
         self.logger.log_info(
-            f"{config.name}: drift reference {path} (window {settings.window}, min {settings.min_samples}, every {settings.update_every})"
+            f"{config.name}: drift reference {path} (window {settings.window}, min {settings.min_samples}, "
+            f"every {settings.update_every}; {features})"
         )
-        return drift.DriftMonitor(reference, settings)
+        return monitor
 
     def _gauge(self, key: str, feature: str) -> Any:
         metric = self._gauges.get((key, feature))

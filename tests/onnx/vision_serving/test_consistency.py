@@ -117,6 +117,13 @@ def test_command_line_lists_problems_and_exits_1(root, copied):
         ),
         ("preprocess", "config.pbtxt", 'string_value: "32" }', 'string_value: "0" }', "drift_update_every must be positive"),
         ("preprocess", "config.pbtxt", '{ key: "drift_window"', '{ key: "drift_windows"', "missing drift parameters ['drift_window']"),
+        (
+            "postprocess",
+            "config.pbtxt",
+            '{ key: "drift_window"',
+            '{ key: "drift_features", value: { string_value: "confidence,width" } },\n  { key: "drift_window"',
+            "drift_features: unknown feature(s) width; this model's features: confidence, entropy, predicted_class",
+        ),
         ("ensemble", "config.pbtxt", "max_batch_size: 32", "max_batch_size: 64", "ensemble max_batch_size 64 exceeds"),
         ("preprocess", "config.pbtxt", "data_type: TYPE_STRING", "data_type: TYPE_STRNG", "image_classifier_preprocess/config.pbtxt"),
         (

@@ -236,3 +236,61 @@ def test_served_version_dir(tmp_path):
     assert drift.served_version_dir(tmp_path) == tmp_path / "10"
     assert drift.served_version_dir(tmp_path, "2") == tmp_path / "2"
     assert drift.served_version_dir(tmp_path, "7") is None
+
+
+DRIFT_PARAMETERS = """
+  { key: "drift_enabled", value: { string_value: "true" } },
+  { key: "drift_window", value: { string_value: "512" } },
+  { key: "drift_min_samples", value: { string_value: "128" } },
+  { key: "drift_update_every", value: { string_value: "32" } },
+  { key: "drift_reference", value: { string_value: "drift_reference.json" } }"""
+
+
+def config_with(name: str, extra: str = "") -> model_config.ModelConfig:
+    return model_config.parse_config_text(f'name: "{name}"\nparameters [{DRIFT_PARAMETERS}{extra}\n]')
+
+
+def test_drift_features_default_to_all_and_select_known_names():
+    assert drift.DriftSettings.from_config(config_with("p_preprocess")).features is None
+    blank = ',\n  { key: "drift_features", value: { string_value: "  " } }'
+    assert drift.DriftSettings.from_config(config_with("p_preprocess", blank)).features is None
+    chosen = ',\n  { key: "drift_features", value: { string_value: "brightness, format,sharpness" } }'
+    assert drift.DriftSettings.from_config(config_with("p_preprocess", chosen)).features == ("brightness", "format", "sharpness")
+    classifier = ',\n  { key: "labels_file", value: { string_value: "labels.txt" } },\n  { key: "drift_features", value: { string_value: "confidence,predicted_class" } }'
+    assert drift.DriftSettings.from_config(config_with("p_postprocess", classifier)).features == ("confidence", "predicted_class")
+
+
+@pytest.mark.parametrize(
+    "name, extra, problem",
+    [
+        ("p_preprocess", "confidence", r"unknown feature\(s\) confidence; this model's features: brightness, contrast"),
+        ("p_preprocess", "brightness,,width", "an empty name"),
+        ("p_preprocess", "width,width", "names width twice"),
+        ("p_postprocess", "predicted_class", r"unknown feature\(s\) predicted_class; this model's features: coverage, confidence"),
+    ],
+)
+def test_drift_features_unknown_to_the_model_are_a_config_error(name, extra, problem):
+    mask = ',\n  { key: "mask_mode", value: { string_value: "threshold" } }' if name.endswith("_postprocess") else ""
+    selection = f',\n  {{ key: "drift_features", value: {{ string_value: "{extra}" }} }}'
+    with pytest.raises(model_config.ConfigError, match=f"model '{name}': drift_features.*{problem}"):
+        drift.DriftSettings.from_config(config_with(name, mask + selection))
+
+
+def test_model_kind_and_features():
+    assert drift.features_of(config_with("p_preprocess")) == drift.IMAGE_NUMERIC + drift.IMAGE_CATEGORICAL
+    detector = ',\n  { key: "num_coords", value: { string_value: "16" } }'
+    assert drift.model_kind(config_with("p_postprocess", detector)) == "detection"
+    assert drift.features_of(config_with("p_core")) is None
+
+
+def test_monitor_tests_and_exports_only_the_selected_features():
+    rng = np.random.default_rng(RNG_SEED)
+    reference, stream = reference_and_stream(rng)
+    settings = drift.DriftSettings(window=64, min_samples=32, update_every=32, features=("kind",))
+    monitor = drift.DriftMonitor(reference, settings, background=False)
+    assert set(monitor.numeric) == set() and set(monitor.categorical) == {"kind"} and monitor.reference.means == {}
+    monitor.observe(stream)
+    report = monitor.latest()
+    assert report is not None and set(report.results) == {"kind"} and report.results["kind"].p_value is not None
+    with pytest.raises(drift.DriftError, match=r"the reference has no feature\(s\) sharpness"):
+        drift.DriftMonitor(reference, drift.DriftSettings(features=("level", "sharpness")), background=False)
