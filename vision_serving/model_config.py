@@ -1,4 +1,4 @@
-"""Read Triton ``config.pbtxt`` files with Triton's own protobuf schema.
+"""Read Triton ``config.pbtxt`` files with Triton's own protobuf schema (vendored in ``vision_serving.protos``).
 
 The model repository's configs are the single source of truth for tensor
 names, dtypes, dims and the preprocessing/postprocessing parameters. Code
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
-from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from .protos import model_config_pb2
+from .protos.model_config_pb2 import ModelConfig
 
 # Triton config dtype -> numpy dtype. TYPE_STRING tensors are numpy object arrays of bytes.
 _NUMPY_DTYPES: Mapping[int, np.dtype] = {

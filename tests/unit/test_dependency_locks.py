@@ -16,7 +16,7 @@ from vision_serving import layout
 ROOT = layout.REPOSITORY_ROOT
 SET_NAMES = [lock_set.name for lock_set in lock.SETS]
 # Import name -> distribution, where they differ.
-DISTRIBUTION = {"cv2": "opencv-python-headless", "google": "protobuf", "tritonclient": "tritonclient"}
+DISTRIBUTION = {"cv2": "opencv-python-headless", "google": "protobuf"}
 # Third-party modules vision_serving imports that the serving image need not have, and why.
 NOT_SERVED = {
     "onnx": "vision_serving.consistency.check_onnx (offline checks by the builders and tests), imported inside the function",
@@ -52,12 +52,13 @@ def test_only_the_locks_and_their_inputs_are_in_requirements():
     assert files == {f"{name}.{suffix}" for name in SET_NAMES for suffix in ("in", "txt")}
 
 
-def test_the_serving_image_set_has_no_http_client_and_no_build_tools():
+def test_the_serving_image_set_has_no_client_library_and_no_build_tools():
     pinned = lock.read_lock(lock.BY_NAME["image"].lock)
-    assert not {"geventhttpclient", "gevent", "torch", "onnx", "tensorrt"} & set(pinned)
-    # tritonclient only for the model_config_pb2 module vision_serving.model_config parses configs with.
-    assert "tritonclient" in pinned and "grpcio" in pinned
-    assert "model_config_pb2" in (ROOT / "vision_serving" / "model_config.py").read_text()
+    client = {"tritonclient", "grpcio", "geventhttpclient", "gevent", "python-rapidjson", "urllib3"}
+    assert not (client | {"torch", "onnx", "tensorrt"}) & set(pinned)
+    # Configs are parsed with the vendored schema (vision_serving/protos), which needs protobuf alone.
+    assert "protobuf" in pinned
+    assert "from .protos import model_config_pb2" in (ROOT / "vision_serving" / "model_config.py").read_text()
 
 
 def third_party_imports(package: Path) -> dict[str, set[str]]:
