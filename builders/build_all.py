@@ -2,7 +2,8 @@
 
 Per pipeline: export -> check (FP32) -> select-precision (quantize + check of
 the INT8 model + the task's gate, FP16 if INT8 fails, FP32 last) -> check of the
-served model -> drift-reference (the drift monitors' reference sample). Each step
+served model -> drift-reference (the drift monitors' reference sample; one built
+from the user's ``--photos`` is kept, with a warning line once the model changed). Each step
 skips itself when its recorded inputs are unchanged, so a second run is quick.
 The first failing step stops the run with its exit code (1: a check failed,
 2: a usage or configuration error). ``build-engine`` is not part of it: it
@@ -36,6 +37,12 @@ def steps(pipeline: Pipeline, force: bool) -> list[tuple[str, Callable[[Log], ob
     """The named steps of one pipeline, as calls with typed options."""
     from builders import drift_reference, export, precision
 
+    def reference(log: Log) -> None:
+        try:
+            drift_reference.build(pipeline.repository, force=force, log=log)
+        except drift_reference.StaleUserReference as error:  # the user's data: kept, never rebuilt from test photos
+            log(f"warning: {error}")
+
     def check_served(log: Log) -> None:
         served = precision.served_onnx(pipeline)
         if served is not None and served != pipeline.onnx("fp32"):
@@ -46,7 +53,7 @@ def steps(pipeline: Pipeline, force: bool) -> list[tuple[str, Callable[[Log], ob
         ("check", lambda log: check_step(pipeline.onnx("fp32"), log)),
         ("select-precision", lambda log: precision.select_precision(pipeline.repository, log=log)),
         ("check-served", check_served),
-        ("drift-reference", lambda log: drift_reference.build(pipeline.repository, force=force, log=log)),
+        ("drift-reference", reference),
     ]
 
 

@@ -9,13 +9,26 @@ features from each batch, and the values are written to
 ``<pipeline>_core/<version>/drift_reference.json`` (the highest numeric version, what Triton
 serves), one entry per model, beside its provenance record. Rebuilt when the ONNX, the configs,
 the photos, the feature code or the libraries change; otherwise skipped.
+
+``--photos DIR [--limit N]`` builds it from the user's own representative photos instead (every
+file under DIR, recursively, hidden ones left out; ``--limit`` takes N of them, a seeded random
+choice): the same served path, no augmentation; files the served decoder refuses are counted and
+reported in one line; fewer than ``drift_min_samples`` usable photos is a user error. Its
+provenance records the photo set (count and a hash of names and contents), and such a reference
+is never replaced by the held-out one: without ``--photos`` (``all``, ``build_artifacts``,
+``--force`` included) it is kept while the model, configs (drift parameters aside) and feature
+code are the ones it was built with; once they change, :class:`StaleUserReference` says in one
+line to rebuild it with ``--photos`` (this step: exit 2; ``all`` and ``build_artifacts`` keep
+the file and warn).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +48,56 @@ CHUNK = 8
 CODE_FILES = ("vision_serving/drift.py", "vision_serving/preprocessing.py", "vision_serving/image_codec.py")
 PACKAGES = ("numpy", "opencv-python-headless", "onnxruntime", "simplejpeg", "scipy")
 
+# What a reference was built from (provenance inputs["reference"]["source"]).
+HELD_OUT = "held-out"
+USER_PHOTOS = "photos"
+# --limit's random choice of files (fixed: the same folder and limit give the same set).
+LIMIT_SEED = 20251130
+
 OutputFeatures = Callable[[list[np.ndarray], np.ndarray], drift.Features]
+
+
+class StaleUserReference(BuildError):
+    """A reference built from the user's photos no longer matches the served model; it is kept."""
+
+
+@dataclass(frozen=True)
+class PhotoSet:
+    """The user's photo files a reference is built from, and their hash (names and contents)."""
+
+    directory: Path
+    files: tuple[Path, ...]
+    found: int  # files in the folder, before --limit
+    limit: int | None
+    sha256: str
+
+    def record(self) -> dict[str, Any]:
+        return {"source": USER_PHOTOS, "files": len(self.files), "sha256": self.sha256, "limit": self.limit}
+
+
+def photo_set(directory: Path | str, limit: int | None = None) -> PhotoSet:
+    """Every non-hidden file under ``directory`` (recursive, sorted; any name: the decoder judges
+    the contents), or a seeded random choice of ``limit`` of them, hashed by relative name and sha256."""
+    from tqdm import tqdm
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise BuildError(f"--photos {directory}: not a directory")
+    if limit is not None and limit < 1:
+        raise BuildError(f"--limit must be positive, got {limit}")
+    files = sorted(
+        path
+        for path in directory.rglob("*")
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(directory).parts)
+    )
+    found = len(files)
+    if limit is not None and found > limit:
+        chosen = np.random.default_rng(LIMIT_SEED).choice(found, size=limit, replace=False)
+        files = [files[index] for index in sorted(chosen)]
+    digest = hashlib.sha256()
+    for path in tqdm(files, desc="hashing photos", unit="file", file=sys.stderr, disable=len(files) < 200):
+        digest.update(f"{path.relative_to(directory).as_posix()}\0{sha256_file(path)}\n".encode())
+    return PhotoSet(directory, tuple(files), found, limit, digest.hexdigest())
 
 
 def output_features(pipeline: Pipeline, task: str) -> OutputFeatures:
@@ -62,30 +124,137 @@ def output_features(pipeline: Pipeline, task: str) -> OutputFeatures:
     raise BuildError(f"{pipeline.recipe}: no drift features for task {task!r}")
 
 
-def _inputs(pipeline: Pipeline, task: str, onnx: Path, sources: Sequence[Any], count: int) -> dict[str, Any]:
-    from builders import calibration
+def _config_digest(model_dir: Path, config_name: str | None) -> str:
+    """The config's sha256 without its drift_* parameters (window, selection... do not change the reference)."""
+    config = model_config.load_config(model_dir, config_name)
+    for key in [key for key in config.parameters if key.startswith("drift_")]:
+        del config.parameters[key]
+    return hashlib.sha256(model_config.to_json(config).encode()).hexdigest()
 
+
+def _model_inputs(pipeline: Pipeline, task: str, onnx: Path) -> dict[str, Any]:
+    """What a reference's values are a function of, besides the images: a change means a new served model."""
     root = layout.REPOSITORY_ROOT
     return {
         "task": task,
         "onnx": {"file": onnx.name, "sha256": sha256_file(onnx)},
-        "configs": {
-            role: sha256_file(model_config.config_path(pipeline.model_dir(role), CORE_CONFIG if role == "core" else None))
-            for role in layout.ROLES
-        },
-        "photos": [{"name": source.name, "sha256": source.sha256} for source in sources],
-        "images": count,
-        "seed": calibration.EVALUATION_SEED,
-        "profile": calibration.EVALUATION_PROFILE.name,
+        "configs": {role: _config_digest(pipeline.model_dir(role), CORE_CONFIG if role == "core" else None) for role in layout.ROLES},
         "code": {name: sha256_file(root / name) for name in CODE_FILES},
         "packages": package_versions(PACKAGES),
     }
 
 
-def build(repository: Path | str, force: bool = False, log: Log = log_to_stderr) -> Path:
-    """Write (or keep, when up to date) the pipeline's drift reference; returns its path."""
+def _held_out_inputs(sources: Sequence[Any], count: int) -> dict[str, Any]:
+    from builders import calibration
+
+    return {
+        "source": HELD_OUT,
+        "photos": [{"name": source.name, "sha256": source.sha256} for source in sources],
+        "images": count,
+        "seed": calibration.EVALUATION_SEED,
+        "profile": calibration.EVALUATION_PROFILE.name,
+    }
+
+
+@dataclass
+class ServedRun:
+    """The references of a run through the served path, and what the decoder refused."""
+
+    references: dict[str, drift.Reference]
+    images: int
+    refused: list[tuple[str, str]]  # (name, reason)
+
+
+def _run_served_path(
+    pipeline: Pipeline, task: str, core_config: Any, version_dir: Path, items: Iterable[tuple[str, bytes]], total: int
+) -> ServedRun:
+    """Decode, preprocess, run the core and postprocess ``items`` (name, encoded bytes) in batches of CHUNK, as served."""
     from tqdm import tqdm
 
+    from builders import calibration
+
+    spec, limits = calibration.served_preprocessing(pipeline.repository)
+    core = core_model.load(core_config, version_dir)
+    features_of_outputs = output_features(pipeline, task)
+    minimum = preprocessing.decode_minimum(spec)
+    image_batches: list[drift.Features] = []
+    output_batches: list[drift.Features] = []
+    refused: list[tuple[str, str]] = []
+    images = 0
+
+    def run_batch(payloads: list[bytes], decoded: list[image_codec.Decoded]) -> None:
+        pixels = [item.image for item in decoded]
+        sizes = preprocessing.original_sizes(decoded)
+        batch = preprocessing.preprocess_batch(pixels, spec)
+        image_batches.append(drift.image_features(pixels, sizes, *drift.payload_facts(payloads)))
+        output_batches.append(features_of_outputs(core.run({core.input_names[0]: batch}), sizes))
+
+    payloads: list[bytes] = []
+    decoded: list[image_codec.Decoded] = []
+    for name, data in tqdm(items, total=total, desc=f"{pipeline.name} drift reference", unit="image", file=sys.stderr):
+        try:
+            decoded.append(image_codec.decode(data, limits, minimum))
+        except image_codec.ImageError as error:
+            refused.append((name, str(error)))
+            continue
+        payloads.append(data)
+        images += 1
+        if len(payloads) == CHUNK:
+            run_batch(payloads, decoded)
+            payloads, decoded = [], []
+    if payloads:
+        run_batch(payloads, decoded)
+    references = {
+        pipeline.model_name("preprocess"): drift.Reference.from_features(image_batches),
+        pipeline.model_name("postprocess"): drift.Reference.from_features(output_batches),
+    }
+    return ServedRun(references, images, refused)
+
+
+def _read_files(photos: PhotoSet, unreadable: list[tuple[str, str]]) -> Iterator[tuple[str, bytes]]:
+    for path in photos.files:
+        name = path.relative_to(photos.directory).as_posix()
+        try:
+            yield name, path.read_bytes()
+        except OSError as error:
+            unreadable.append((name, f"unreadable: {error.strerror or error}"))
+
+
+def minimum_photos(pipeline: Pipeline) -> int:
+    """Usable photos a user reference needs: the larger drift_min_samples of the two drift models."""
+    return max(
+        drift.DriftSettings.from_config(model_config.load_config(pipeline.model_dir(role))).min_samples
+        for role in ("preprocess", "postprocess")
+    )
+
+
+def _kept_user_reference(pipeline: Pipeline, output: Path, model_inputs: dict[str, Any], log: Log) -> bool:
+    """True when ``output`` is a reference built from the user's photos and still matches the model
+    (it is kept); raises StaleUserReference when it no longer does; False when it is not the user's."""
+    record = provenance.read_for(output) if output.is_file() else None
+    reference = record.inputs.get("reference") if record is not None else None
+    if record is None or not isinstance(reference, dict) or reference.get("source") != USER_PHOTOS:
+        return False
+    directory = record.extra.get("photos_directory", "DIR")
+    if input_hash(record.inputs.get("model") or {}) == input_hash(model_inputs) and record.output_sha256 == sha256_file(output):
+        log(
+            f"{output}: kept (built from {reference.get('files')} of your photos in {directory}); to replace it, rebuild with "
+            f"--photos, or delete it to go back to the held-out reference"
+        )
+        return True
+    raise StaleUserReference(
+        f"{output} was built from your photos for another model, config or feature code, and is kept as is: rebuild it with "
+        f"`python -m builders drift-reference --pipeline {pipeline.name} --photos {directory}`"
+    )
+
+
+def build(
+    repository: Path | str, force: bool = False, log: Log = log_to_stderr, photos: Path | str | None = None, limit: int | None = None
+) -> Path:
+    """Write (or keep, when up to date) the pipeline's drift reference; returns its path.
+
+    ``photos``: build it from the user's photos in that folder (``limit``: at most that many files).
+    Without it, a reference built from the user's photos is kept (StaleUserReference when the model changed)."""
     from builders import calibration, precision
 
     pipeline = Pipeline.at(repository)
@@ -97,65 +266,98 @@ def build(repository: Path | str, force: bool = False, log: Log = log_to_stderr)
     onnx = core_model.onnx_path(core_config, version_dir)
     if not onnx.is_file():
         raise BuildError(f"{onnx} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
+    if limit is not None and photos is None:
+        raise BuildError("--limit needs --photos")
     preprocess_config = model_config.load_config(pipeline.model_dir("preprocess"))
     filename = drift.DriftSettings.from_config(preprocess_config).reference
     output = layout.drift_reference_path(version_dir, filename)
-    spec, limits = calibration.served_preprocessing(pipeline.repository)
-    sources = calibration.evaluation_sources(pipeline.repository)
-    count = len(sources) * (1 + precision.AUGMENTED_PER_PHOTO)
-    inputs = _inputs(pipeline, task, onnx, sources, count)
+    model_inputs = _model_inputs(pipeline, task, onnx)
+
+    if photos is None:
+        if _kept_user_reference(pipeline, output, model_inputs, log):
+            return output
+        sources = calibration.evaluation_sources(pipeline.repository)
+        count = len(sources) * (1 + precision.AUGMENTED_PER_PHOTO)
+        inputs = {"model": model_inputs, "reference": _held_out_inputs(sources, count)}
+    else:
+        chosen = photo_set(photos, limit)
+        needed = minimum_photos(pipeline)
+        if len(chosen.files) < needed:
+            raise BuildError(
+                f"--photos {chosen.directory}: {len(chosen.files)} files; the drift tests need at least {needed} photos (drift_min_samples)"
+            )
+        inputs = {"model": model_inputs, "reference": chosen.record()}
     expected = input_hash(inputs)
     if not force and provenance.is_current(output, expected):
         log(f"{output} is up to date")
         return output
 
-    samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, limits)
-    core = core_model.load(core_config, version_dir)
-    features_of_outputs = output_features(pipeline, task)
-    minimum = preprocessing.decode_minimum(spec)
-    image_batches: list[drift.Features] = []
-    output_batches: list[drift.Features] = []
-    for start in tqdm(range(0, len(samples), CHUNK), desc=f"{pipeline.name} drift reference", unit="batch", file=sys.stderr):
-        payloads = [sample.data for sample in samples[start : start + CHUNK]]
-        try:
-            decoded = [image_codec.decode(payload, limits, minimum) for payload in payloads]
-        except image_codec.ImageError as error:
-            raise BuildError(f"a held-out image was rejected by the served decoder: {error}") from None
-        images = [item.image for item in decoded]
-        sizes = preprocessing.original_sizes(decoded)
-        batch = preprocessing.preprocess_batch(images, spec)
-        image_batches.append(drift.image_features(images, sizes, *drift.payload_facts(payloads)))
-        output_batches.append(features_of_outputs(core.run({core.input_names[0]: batch}), sizes))
-    references = {
-        pipeline.model_name("preprocess"): drift.Reference.from_features(image_batches),
-        pipeline.model_name("postprocess"): drift.Reference.from_features(output_batches),
-    }
+    if photos is None:
+        _, limits = calibration.served_preprocessing(pipeline.repository)
+        samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, limits)
+        run = _run_served_path(pipeline, task, core_config, version_dir, ((sample.source, sample.data) for sample in samples), len(samples))
+        if run.refused:
+            name, reason = run.refused[0]
+            raise BuildError(f"a held-out image ({name}) was rejected by the served decoder: {reason}")
+        what: dict[str, Any] = {"source": HELD_OUT, "photos": sorted({sample.source for sample in samples})}
+        origin = "held-out images"
+        extra: dict[str, Any] = {}
+    else:
+        unreadable: list[tuple[str, str]] = []
+        run = _run_served_path(pipeline, task, core_config, version_dir, _read_files(chosen, unreadable), len(chosen.files))
+        refused = unreadable + run.refused
+        if refused:
+            name, reason = refused[0]
+            log(f"skipped {len(refused)} of {len(chosen.files)} files the served decoder refuses (first: {name}: {reason})")
+        if run.images < needed:
+            raise BuildError(
+                f"--photos {chosen.directory}: {run.images} usable photos ({len(refused)} refused); "
+                f"the drift tests need at least {needed} (drift_min_samples)"
+            )
+        what = {"source": USER_PHOTOS, "directory": str(chosen.directory), "files": len(chosen.files), "refused": len(refused)}
+        origin = f"of your photos ({chosen.directory})"
+        extra = {"photos_directory": str(chosen.directory)}
     record = {
         "pipeline": pipeline.name,
         "core_version": version_dir.name,
         "onnx": onnx.name,
         "runtime": core_model.runtime(core_config),
-        "images": len(samples),
-        "photos": sorted({sample.source for sample in samples}),
-        "models": {name: reference.to_json() for name, reference in references.items()},
+        "images": run.images,
+        "photos": what,
+        "models": {name: reference.to_json() for name, reference in run.references.items()},
     }
     data = (json.dumps(record, indent=1) + "\n").encode()
     atomic_write_bytes(output, data)
     built = provenance.Provenance.for_bytes(
-        STEP, expected, output, data, input_hashes={"onnx": inputs["onnx"]["sha256"]}, tools=inputs["packages"], inputs=inputs
+        STEP,
+        expected,
+        output,
+        data,
+        input_hashes={"onnx": model_inputs["onnx"]["sha256"]},
+        tools=model_inputs["packages"],
+        inputs=inputs,
+        extra=extra,
     )
     built.write(provenance.path_for(output))
-    for name, reference in references.items():
+    for name, reference in run.references.items():
         means = ", ".join(f"{feature} {value:.3g}" for feature, value in reference.means.items())
         log(f"{name}: {means}")
-    log(f"wrote {output} ({len(samples)} held-out images through {onnx.name} on {core_model.runtime(core_config)})")
+    log(f"wrote {output} ({run.images} {origin} through {onnx.name} on {core_model.runtime(core_config)})")
     return output
 
 
 def add_arguments(parser: Any) -> None:
-    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date (never replaces a reference built from --photos)")
+    parser.add_argument(
+        "--photos",
+        type=Path,
+        metavar="DIR",
+        help="build it from your own representative photos (a folder, recursive, e.g. a sample of your traffic) instead of "
+        "the held-out test photos; kept until you rebuild it or the model changes",
+    )
+    parser.add_argument("--limit", type=int, metavar="N", help="with --photos: use N of the folder's files (a seeded random choice)")
 
 
 def run_from_args(args: Any) -> int:
-    build(args.repository, force=args.force)
+    build(args.repository, force=args.force, photos=args.photos, limit=args.limit)
     return 0

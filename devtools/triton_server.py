@@ -185,7 +185,8 @@ def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REP
     Each pipeline's core ONNX is exported from its recipe; when the selected core
     config serves another file (the INT8 Q/DQ model of cpu_int8), the precision
     ladder builds it (INT8 needs ModelOpt: requirements/modelopt.txt). Each pipeline's drift reference
-    (builders drift-reference) is built too, so the served models export drift statistics."""
+    (builders drift-reference) is built too, so the served models export drift statistics; one built from
+    the user's photos is kept (a warning line when the model changed since)."""
     from builders import BuildError, drift_reference, export, photos, quantize
     from vision_serving import model_config
 
@@ -195,7 +196,10 @@ def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REP
             core = model_config.load_config(pipeline.core_dir, config_name)
             if "onnx_file" in core.parameters and model_config.parameter(core, "onnx_file") == layout.INT8_ONNX:
                 quantize.quantize(pipeline.repository, quantize.recipe_options(pipeline.repository))
-            drift_reference.build(pipeline.repository, log=lambda message: None)
+            try:
+                drift_reference.build(pipeline.repository, log=lambda message: None)
+            except drift_reference.StaleUserReference as error:  # the user's reference: kept, never replaced
+                print(f"warning: {error}", file=sys.stderr, flush=True)
         except BuildError as error:
             raise LauncherError(f"cannot build {pipeline.name}: {error}") from None
     SAMPLES_DIR.mkdir(parents=True, exist_ok=True)
