@@ -105,12 +105,14 @@ def _add_drift_reference(subparsers: argparse._SubParsersAction[argparse.Argumen
     parser = subparsers.add_parser(
         "drift-reference",
         parents=[common],
-        help="the drift monitors' reference: held-out photos through the served code path, their features",
+        help="the drift monitors' reference: held-out photos (or --photos DIR: yours) through the served code path",
         description=(
             "Run the precision ladder's held-out photos and their seeded augmentations through the served decode, "
             "preprocessing, core ONNX (as configs/cpu.pbtxt serves it) and postprocessing, in-process, and write the "
             "preprocess and postprocess models' drift features to <pipeline>_core/<version>/drift_reference.json "
-            "(the highest version). Does nothing when the recorded input hash is unchanged."
+            "(the highest version). With --photos DIR, your own representative photos (e.g. a sample of your "
+            "traffic) instead, unaugmented; that reference is kept (never replaced by the held-out one) until you "
+            "rebuild it or the model changes. Does nothing when the recorded input hash is unchanged."
         ),
     )
     drift_reference.add_arguments(parser)
