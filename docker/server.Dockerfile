@@ -32,7 +32,8 @@ WORKDIR /opt/image-classifier
 # Python 3.12 on manylinux_2_28 x86_64 (python -m devtools.lock), every package pinned
 # and hashed, installed from wheels only; tests/integration/test_dependencies.py
 # downloads it that way from PyPI. Only what the Python-backend models import: no
-# torch, no tritonclient[http] (tritonclient[grpc] for model_config_pb2 only).
+# torch, no client library (no tritonclient, no grpcio): vision_serving parses the configs
+# with Triton's model_config schema vendored in vision_serving/protos (protobuf only).
 # numpy<2 on this image's own evidence, not the local server's: Triton 2.51/2.52
 # listed numpy 2 as a known issue of the Python backend (empty tensors);
 # python_backend#384 (Oct 2024) moved its pybind11 to a numpy-2 capable 2.12, yet no
