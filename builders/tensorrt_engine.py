@@ -62,7 +62,7 @@ NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version",
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/tensorrt/lib", "/usr/lib64", "/usr/lib")
 
 Log = Callable[[str], None]
-# tritonclient's ModelConfig protobuf message: it has no type stubs.
+# Triton's ModelConfig protobuf message (vision_serving/protos, generated): it has no type stubs.
 ModelConfig: TypeAlias = Any
 
 
