@@ -113,7 +113,8 @@ def in_process_limit(pipeline: layout.Pipeline, payloads: list[bytes], duration_
     return float(sum(rates))
 
 
-def ensemble_sender(url: str, pipeline: layout.Pipeline, payloads: list[bytes]) -> loadgen.SenderFactory:
+def ensemble_sender(url: str, pipeline: layout.Pipeline, payloads: list[bytes], timeout_s: float = 60.0) -> loadgen.SenderFactory:
+    """One image per request to the pipeline's ensemble, raw tritonclient (no retries)."""
     model = pipeline.name
     image_name = model_config.image_input_name(model_config.load_config(pipeline.ensemble_dir))
 
@@ -123,7 +124,7 @@ def ensemble_sender(url: str, pipeline: layout.Pipeline, payloads: list[bytes]) 
         def send(request: int) -> None:
             image = grpcclient.InferInput(image_name, [1, 1], "BYTES")
             image.set_data_from_numpy(np.array([[payloads[request % len(payloads)]]], dtype=np.object_))
-            client.infer(model, [image], client_timeout=60)
+            client.infer(model, [image], client_timeout=timeout_s)
             return None
 
         return send

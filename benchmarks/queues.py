@@ -53,12 +53,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from tqdm import tqdm
 
 from benchmarks import images
+from benchmarks.pipelines import ensemble_sender
 from devtools import loadgen
 from devtools.triton_server import LocalTritonServer
 from vision_serving import layout, model_config, queue_policy
@@ -139,25 +139,6 @@ def sizes_along(configs: dict[str, model_config.ModelConfig], rates: dict[str, d
         sizes[name] = (size, floor)
         previous = (config, size)
     return sizes
-
-
-def ensemble_sender(url: str, pipeline: layout.Pipeline, payloads: list[bytes], timeout_s: float = 60.0) -> loadgen.SenderFactory:
-    """One image per request to the pipeline's ensemble, raw tritonclient (no retries)."""
-    model = pipeline.name
-    image_name = model_config.image_input_name(model_config.load_config(pipeline.ensemble_dir))
-
-    def factory(worker: int) -> loadgen.Sender:
-        client = grpcclient.InferenceServerClient(url)
-
-        def send(request: int) -> None:
-            image = grpcclient.InferInput(image_name, [1, 1], "BYTES")
-            image.set_data_from_numpy(np.array([[payloads[request % len(payloads)]]], dtype=np.object_))
-            client.infer(model, [image], client_timeout=timeout_s)
-            return None
-
-        return send
-
-    return factory
 
 
 def composing_configs(pipeline: layout.Pipeline, config_name: str) -> dict[str, model_config.ModelConfig]:
