@@ -261,21 +261,28 @@ def inprocess_table(results: dict) -> str:
     return _table(["mode", "batch size", "throughput (img/s)", "batch p50 ms", "CPU ms/img"], rows)
 
 
+def _run_header(title: str, results: dict, machine: dict, run: dict) -> list[str]:
+    """Title, command, run time and machine line (ends without a newline, so callers can continue it)."""
+    quick = " (quick mode: smoke numbers only)" if results.get("quick") else ""
+    return [
+        title,
+        f"Command: `{results['command']}`  \n",
+        f"Run: {results['started_at']}, {results['elapsed_s']:.0f} s{quick}.\n",
+        f"\nMachine: {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['logical_cpus']} logical CPUs, "
+        f"{machine['memory_gib']} GiB, Linux {machine['kernel']}, Python {machine['python']}; "
+        + ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
+        + f"; Triton {run.get('server', {}).get('triton_version')} (CPU, Python backend).",
+    ]
+
+
 def markdown(results: dict) -> str:
     if "runs" in results:
         return markdown_runs(results)
     machine = results["machine"]
     images = results["images"]
-    out = ["# Benchmark: image_classifier ensemble vs the in-process limit and a naive service\n"]
-    out.append(f"Command: `{results['command']}`  \n")
+    out = _run_header("# Benchmark: image_classifier ensemble vs the in-process limit and a naive service\n", results, machine, results)
     out.append(
-        f"Run: {results['started_at']}, {results['elapsed_s']:.0f} s{' (quick mode: smoke numbers only)' if results.get('quick') else ''}.\n"
-    )
-    out.append(
-        f"\nMachine: {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['logical_cpus']} logical CPUs, "
-        f"{machine['memory_gib']} GiB, Linux {machine['kernel']}, Python {machine['python']}; "
-        + ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
-        + f"; Triton {results.get('server', {}).get('triton_version')} (CPU, Python backend).  \n"
+        "  \n"
         f"Load average (1/5/15 min) at start {results['load_average_start']}, at end {results['load_average_end']} "
         "(a shared machine: compare systems within this run, as ratios).\n"
     )
@@ -539,18 +546,10 @@ def markdown_runs(results: dict) -> str:
     runs = results["runs"]
     first = next(iter(runs.values()))
     machine = first["machine"]
-    out = ["# Benchmark: image_classifier ensemble vs the in-process limit and a naive service, per upload mix\n\n"]
-    out.append(f"Command: `{results['command']}`  \n")
-    out.append(
-        f"Run: {results['started_at']}, {results['elapsed_s']:.0f} s{' (quick mode: smoke numbers only)' if results.get('quick') else ''}.\n"
+    out = _run_header(
+        "# Benchmark: image_classifier ensemble vs the in-process limit and a naive service, per upload mix\n\n", results, machine, first
     )
-    out.append(
-        f"\nMachine: {machine['cpu_model']}, {machine['usable_cpus']} usable of {machine['logical_cpus']} logical CPUs, "
-        f"{machine['memory_gib']} GiB, Linux {machine['kernel']}, Python {machine['python']}; "
-        + ", ".join(f"{k} {v}" for k, v in machine["versions"].items())
-        + f"; Triton {first.get('server', {}).get('triton_version')} (CPU, Python backend). "
-        "The CPUs are shared with other work: compare systems within this run, as ratios.\n"
-    )
+    out.append(" The CPUs are shared with other work: compare systems within this run, as ratios.\n")
     out.append(
         "\nRequests: one image per request (BYTES [1, 1] for Triton, raw body for the naive service), closed loop "
         f"(each of N workers keeps one request in flight), {first['settings']['warmup_s']} s warm-up, then a "
