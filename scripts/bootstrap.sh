@@ -21,6 +21,16 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the locked requirements (requirements/dev.txt) into .venv (first run takes a few minutes)..." >&2
   # pip itself first: Python 3.11's bundled pip 23.2 fails --require-hashes on a dependency's extras (requirements/pip.in).
   "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r "$ROOT/requirements/pip.txt"
+  # torch alone next: dev.txt locks its CPU build (+cpu) by hash, and PyPI's Linux torch is the CUDA build. Taken
+  # from the configured sources (a wheel cache, PIP_FIND_LINKS) when they have it, else from PyTorch's CPU index.
+  torch_lock="$(mktemp)"
+  awk '/^torch==/ {found=1} found {print} found && !/\\$/ {exit}' "$ROOT/requirements/dev.txt" > "$torch_lock"
+  if ! "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$torch_lock" 2>/dev/null; then
+    echo "setup: torch's CPU wheel is not in the configured sources; taking it from https://download.pytorch.org/whl/cpu" >&2
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes \
+      --extra-index-url https://download.pytorch.org/whl/cpu -r "$torch_lock"
+  fi
+  rm -f "$torch_lock"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r "$ROOT/requirements/dev.txt"
   # ModelOpt alone: its [onnx] extra would swap onnxruntime for onnxruntime-gpu (requirements/modelopt.in).
   "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps --require-hashes -r "$ROOT/requirements/modelopt.txt"
