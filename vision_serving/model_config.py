@@ -88,6 +88,14 @@ def int_parameter(config: ModelConfig, key: str, default: int | None = None) -> 
         raise ConfigError(f"model '{config.name}': parameter '{key}' must be an integer, got {raw!r}") from None
 
 
+def float_parameter(config: ModelConfig, key: str, default: float | None = None) -> float:
+    raw = parameter(config, key, None if default is None else str(default))
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"model '{config.name}': parameter '{key}' must be a number, got {raw!r}") from None
+
+
 def float_list_parameter(config: ModelConfig, key: str) -> list[float]:
     raw = parameter(config, key)
     try:

@@ -20,7 +20,12 @@ preprocess model passes on.
 
 The parameters come from the preprocess model's ``config.pbtxt``
 (``PreprocessSpec.from_config``), so a model version carries its own
-preprocessing. Resize-shorter-side + center-crop is ``cv2.resize`` followed by
+preprocessing. ``center_crop`` downscales by more than ``resize_reducing_gap``
+(config parameter; 0 = off) are anti-aliased: area averaging to that many times
+the target first (:func:`reduce_for_resize`), so a photo's answer does not depend
+on its size or decode scale. ``stretch`` and ``letterbox`` stay MediaPipe's exact
+(aliasing) warp: they are gated against MediaPipe's own runtime.
+Resize-shorter-side + center-crop is ``cv2.resize`` followed by
 a crop when the resized image is at most ``MAX_RESIZE_AREA_RATIO`` times the
 crop (every photo-like aspect ratio): OpenCV's separable, vectorized resize is
 about 4x faster than a warp. A more elongated image is instead computed as a
@@ -76,10 +81,15 @@ class PreprocessSpec:
     resize: str = "center_crop"
     # center_crop: JPEGs decode at a DCT scale keeping the shorter side >= this x resize_shorter_side.
     decode_oversampling: float = 2.0
+    # center_crop: a downscale by more than this factor first area-averages to this x the target
+    # (anti-aliasing, as Pillow's reducing_gap), then interpolates; 0 = off (plain interpolation).
+    resize_reducing_gap: float = 0.0
 
     def __post_init__(self) -> None:
         if self.decode_oversampling != 0 and self.decode_oversampling < 1:
             raise model_config.ConfigError(f"decode_oversampling must be 0 (off) or >= 1, got {self.decode_oversampling}")
+        if self.resize_reducing_gap != 0 and not self.resize_reducing_gap >= 1:
+            raise model_config.ConfigError(f"resize_reducing_gap must be 0 (off) or >= 1, got {self.resize_reducing_gap}")
         if self.resize not in RESIZE_MODES:
             raise model_config.ConfigError(f"resize {self.resize!r} is not one of {RESIZE_MODES}")
         if self.interpolation not in INTERPOLATIONS:
@@ -92,6 +102,10 @@ class PreprocessSpec:
             raise model_config.ConfigError("mean and std need three values, one per channel")
         if any(value <= 0 for value in self.std):
             raise model_config.ConfigError("std values must be positive")
+        if self.resize != "center_crop" and self.resize_reducing_gap != 0:
+            raise model_config.ConfigError(
+                f"resize_reducing_gap applies to resize center_crop only (resize {self.resize!r} reproduces MediaPipe's warp): set it to 0 or remove it"
+            )
         if self.resize == "center_crop" and self.resize_shorter_side < self.crop_size:
             raise model_config.ConfigError(f"resize_shorter_side {self.resize_shorter_side} is smaller than the crop {self.crop_size}")
 
@@ -123,6 +137,7 @@ class PreprocessSpec:
             layout=layout,
             color_order=model_config.parameter(config, "color_order"),
             decode_oversampling=float(model_config.parameter(config, "decode_oversampling", "2")),
+            resize_reducing_gap=model_config.float_parameter(config, "resize_reducing_gap", 0.0),
         )
 
 
@@ -141,6 +156,24 @@ def resized_size(width: int, height: int, shorter_side: int) -> tuple[int, int]:
     if width <= height:
         return shorter_side, int(shorter_side * height / width)
     return int(shorter_side * width / height), shorter_side
+
+
+def reduce_for_resize(image: np.ndarray, new_width: int, new_height: int, gap: float) -> np.ndarray:
+    """Anti-aliasing before a large downscale, as Pillow's ``Image.resize(..., reducing_gap=gap)``: when
+    the image is more than ``gap`` times the target on both axes, area-average it (``cv2.INTER_AREA``)
+    to ``gap`` x the target first; otherwise (or ``gap`` 0) the image itself.
+
+    Bicubic interpolation does not low-pass when it shrinks: from 4000 px to 256 px it point-samples
+    texture and sensor noise, so the answer depended on the decode scale (a DCT-reduced decode
+    averages first). After the reduction, a 4000 x 3000 photo and its 1/4 decode give nearly the same
+    pixels (docs/design.md, "Anti-aliased downscaling"). The reduced image is never larger than the
+    input, so it is memory-safe on the elongated-image warp path too.
+    """
+    height, width = image.shape[:2]
+    if gap <= 0 or width <= gap * new_width or height <= gap * new_height:
+        return image
+    size = (max(round(gap * new_width), new_width), max(round(gap * new_height), new_height))
+    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
 
 
 def _crop_origin(new_width: int, new_height: int, crop: int) -> tuple[int, int]:
@@ -188,6 +221,8 @@ def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | N
     new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
     left, top = _crop_origin(new_width, new_height, crop)
     interpolation = INTERPOLATIONS[spec.interpolation]
+    image = reduce_for_resize(image, new_width, new_height, spec.resize_reducing_gap)
+    height, width = image.shape[:2]
     if new_width * new_height <= MAX_RESIZE_AREA_RATIO * crop * crop:
         resized = cv2.resize(image, (new_width, new_height), interpolation=interpolation)
         cropped = resized[top : top + crop, left : left + crop]

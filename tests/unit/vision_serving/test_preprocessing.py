@@ -11,13 +11,16 @@ bounded below.
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import re
 
+import cv2
 import numpy as np
 import pytest
 from PIL import Image
 
-from vision_serving import detection, image_to_tensor, layout, model_config, preprocessing
+from vision_serving import detection, image_codec, image_to_tensor, layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
 PNG_PHOTOS = ["chelsea", "coffee", "camera", "astronaut"]
@@ -76,7 +79,12 @@ def test_spec_is_read_from_the_config(spec):
 def test_matches_reference_on_real_photos(name, photo_bytes, spec, preprocess_config):
     data = photo_bytes[name]
     limits = preprocessing.limits_from_config(preprocess_config)
-    served = preprocessing.preprocess_batch([decode_rgb(data, limits)], spec)[0]
+    image = decode_rgb(data, limits)
+    # These photos are at most the reducing gap times the resize target: no area reduction, so the
+    # plain bicubic reference applies.
+    new_width, new_height = preprocessing.resized_size(image.shape[1], image.shape[0], spec.resize_shorter_side)
+    assert preprocessing.reduce_for_resize(image, new_width, new_height, spec.resize_reducing_gap) is image
+    served = preprocessing.preprocess_batch([image], spec)[0]
     expected = reference_preprocess(data, spec)
     assert served.shape == expected.shape == spec.output_shape
     difference = np.abs(served - expected)
@@ -117,8 +125,17 @@ def test_bad_parameters_are_config_errors(spec):
         preprocessing.PreprocessSpec(**{**spec.__dict__, "resize_shorter_side": 200})
     with pytest.raises(model_config.ConfigError, match="resize 'pad'"):
         preprocessing.PreprocessSpec(**{**spec.__dict__, "resize": "pad"})
+    with pytest.raises(model_config.ConfigError, match=re.escape("resize_reducing_gap must be 0 (off) or >= 1, got 0.5")):
+        preprocessing.PreprocessSpec(**{**spec.__dict__, "resize_reducing_gap": 0.5})
+    with pytest.raises(model_config.ConfigError, match="resize_reducing_gap applies to resize center_crop only"):
+        preprocessing.PreprocessSpec(**{**spec.__dict__, "resize": "letterbox", "resize_reducing_gap": 2.0})
     # A stretch never crops, so the shorter-side resize does not apply to it.
-    assert preprocessing.PreprocessSpec(**{**spec.__dict__, "resize": "stretch", "resize_shorter_side": 200}).resize == "stretch"
+    assert (
+        preprocessing.PreprocessSpec(
+            **{**spec.__dict__, "resize": "stretch", "resize_shorter_side": 200, "resize_reducing_gap": 0.0}
+        ).resize
+        == "stretch"
+    )
 
 
 def test_stretch_spec_is_read_from_the_segmenter_config():
@@ -135,7 +152,7 @@ def test_stretch_scales_the_whole_image_ignoring_its_aspect_ratio(spec):
 
     The last row and column are left out: the stretch is corner-aligned like MediaPipe's
     ImageToTensorCalculator, whose border (constant 0) is sampled there."""
-    stretch = preprocessing.PreprocessSpec(**{**spec.__dict__, "resize": "stretch", "interpolation": "nearest"})
+    stretch = preprocessing.PreprocessSpec(**{**spec.__dict__, "resize": "stretch", "interpolation": "nearest", "resize_reducing_gap": 0.0})
     image = np.zeros((100, 400, 3), dtype=np.uint8)
     image[:, 200:] = 255
     out = preprocessing.preprocess_batch([image], stretch)[0]
@@ -166,7 +183,7 @@ def test_letterbox_spec_is_read_from_the_detector_config(letterbox_spec):
 def test_letterbox_keeps_the_aspect_ratio_with_zero_bars(spec):
     """A 2:1 white image fills the middle half of the rows; the bars are zero pixels (-1 in [-1, 1])."""
     letterbox = preprocessing.PreprocessSpec(
-        **{**spec.__dict__, "resize": "letterbox", "layout": "NHWC", "mean": (127.5,) * 3, "std": (127.5,) * 3}
+        **{**spec.__dict__, "resize": "letterbox", "resize_reducing_gap": 0.0, "layout": "NHWC", "mean": (127.5,) * 3, "std": (127.5,) * 3}
     )
     out = preprocessing.preprocess_batch([np.full((100, 200, 3), 255, dtype=np.uint8)], letterbox)[0]
     size = letterbox.crop_size
@@ -197,3 +214,79 @@ def test_stretch_is_the_whole_image_roi(photo_bytes, preprocess_config):
         preprocessing.stretch(image, 96, 64, preprocessing.INTERPOLATIONS["bilinear"]),
         image_to_tensor.warp_roi(image, (0.0, 0.0, float(image.shape[1]), float(image.shape[0])), 96, 64),
     )
+
+
+def test_the_shipped_classifier_anti_aliases_and_the_mediapipe_warps_do_not(spec, letterbox_spec):
+    assert spec.resize_reducing_gap == 2.0
+    assert letterbox_spec.resize_reducing_gap == 0.0
+    segmenter = model_config.load_config(layout.pipeline("person_segmenter").model_dir("preprocess"))
+    assert preprocessing.PreprocessSpec.from_config(segmenter).resize_reducing_gap == 0.0
+
+
+def test_bad_reducing_gap_in_a_config_is_one_config_error(preprocess_config):
+    config = type(preprocess_config)()
+    config.CopyFrom(preprocess_config)
+    config.parameters["resize_reducing_gap"].string_value = "two"
+    with pytest.raises(model_config.ConfigError, match="parameter 'resize_reducing_gap' must be a number, got 'two'"):
+        preprocessing.PreprocessSpec.from_config(config)
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "reduced"),
+    [
+        (512, 700, None),  # exactly 2x the 256 target: below the gap, untouched
+        (400, 300, None),  # upscale-free small downscale
+        (1000, 750, (682, 512)),  # 2.93x: area-averaged to 2x the 341 x 256 target
+        (4000, 3000, (682, 512)),
+        (3000, 4000, (512, 682)),
+    ],
+)
+def test_area_reduction_only_above_the_gap(width, height, reduced):
+    image = np.zeros((height, width, 3), dtype=np.uint8)
+    new_width, new_height = preprocessing.resized_size(width, height, 256)
+    out = preprocessing.reduce_for_resize(image, new_width, new_height, 2.0)
+    if reduced is None:
+        assert out is image
+    else:
+        assert out.shape == (reduced[1], reduced[0], 3)
+    assert preprocessing.reduce_for_resize(image, new_width, new_height, 0.0) is image
+
+
+def _phone_photo(photo: np.ndarray) -> bytes:
+    """A 4000 x 3000 JPEG made from a real photo: 4:3 crop, bicubic upscale, sensor-like noise."""
+    height, width = photo.shape[:2]
+    crop_height = min(height, width * 3 // 4)
+    crop_width = crop_height * 4 // 3
+    top, left = (height - crop_height) // 2, (width - crop_width) // 2
+    big = cv2.resize(photo[top : top + crop_height, left : left + crop_width], (4000, 3000), interpolation=cv2.INTER_CUBIC)
+    noisy = np.clip(big + np.random.default_rng(5).normal(0.0, 6.5, big.shape), 0, 255).astype(np.uint8)
+    return cv2.imencode(".jpg", cv2.cvtColor(noisy, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+
+
+def test_a_12mp_photo_and_its_reduced_decode_give_nearly_the_same_model_input(photo_bytes, spec, preprocess_config):
+    """The served 1/4 DCT decode (1000 x 750) and a full decode of the same 12 MP JPEG: with the
+    reducing gap the model inputs nearly match; plain bicubic from 4000 px aliases and they differ."""
+    limits = preprocessing.limits_from_config(preprocess_config)
+    data = _phone_photo(decode_rgb(photo_bytes["coffee"], limits))
+    full = image_codec.decode(data, limits).image
+    reduced = image_codec.decode(data, limits, preprocessing.decode_minimum(spec)).image
+    assert full.shape == (3000, 4000, 3) and reduced.shape == (750, 1000, 3)
+    off = dataclasses.replace(spec, resize_reducing_gap=0.0)
+    difference = {}
+    for name, which in (("gap", spec), ("off", off)):
+        a, b = preprocessing.preprocess_batch([full, reduced], which)
+        difference[name] = float(np.abs(a - b).mean() * 128)  # uint8 levels
+    assert difference["gap"] < 1.0, difference
+    assert difference["off"] > 3 * difference["gap"], difference
+
+
+def test_elongated_warp_path_reduces_like_the_resize_path(spec, monkeypatch):
+    """6000 x 1000 resizes to 1536 x 256, over MAX_RESIZE_AREA_RATIO crops: the warp path, after the
+    same area reduction (to 3072 x 512, never larger than the image), agrees with resize-then-crop."""
+    rng = np.random.default_rng(3)
+    image = cv2.resize(rng.integers(0, 256, size=(100, 600, 3), dtype=np.uint8), (6000, 1000), interpolation=cv2.INTER_LINEAR)
+    warped = preprocessing.resize_and_crop(image, spec)
+    monkeypatch.setattr(preprocessing, "MAX_RESIZE_AREA_RATIO", 1e9)
+    resized = preprocessing.resize_and_crop(image, spec)
+    difference = np.abs(warped.astype(int) - resized.astype(int))
+    assert difference.max() <= 3 and difference.mean() <= 0.25, (difference.max(), difference.mean())
