@@ -107,6 +107,8 @@ def test_command_line_lists_problems_and_exits_1(root, copied):
         ),
         ("preprocess", "config.pbtxt", 'string_value: "bicubic"', 'string_value: "lanczos"', "interpolation 'lanczos'"),
         ("preprocess", "config.pbtxt", 'string_value: "NCHW"', 'string_value: "NHWC"', "not a square 3-channel NHWC image"),
+        ("preprocess", "config.pbtxt", 'string_value: "2.0"', 'string_value: "0.5"', "resize_reducing_gap must be 0 (off) or >= 1"),
+        ("preprocess", "config.pbtxt", 'string_value: "2.0"', 'string_value: "two"', "'resize_reducing_gap' must be a number"),
         ("postprocess", "config.pbtxt", 'string_value: "5"', 'string_value: "0"', "TOP_K must be between 1 and 1000"),
         (
             "postprocess",
@@ -226,6 +228,9 @@ PARAMETER = 'value: {{ string_value: "{}" }}'
         ("postprocess", "config.pbtxt", "dims: [ -1, 6, 2 ]", "dims: [ -1, 5, 2 ]", "expected exactly one FP32 output [-1, 6, 2]"),
         # The letterbox the postprocess undoes is the one the preprocess made.
         ("preprocess", "config.pbtxt", 'string_value: "letterbox"', 'string_value: "stretch"', "decodes boxes of a 128x128 letterbox"),
+        # The letterbox is MediaPipe's own (aliasing) warp: no anti-aliased reduction.
+        ("preprocess", "config.pbtxt", '{ key: "interpolation"', '{ key: "resize_reducing_gap", value: { string_value: "2.0" } },\n  { key: "interpolation"',
+         "resize_reducing_gap applies to resize center_crop only"),
         ("postprocess", "config.pbtxt", 'key: "input_size_height", value: { string_value: "128" }',
          'key: "input_size_height", value: { string_value: "256" }', "the anchor options give 1792 anchors, num_boxes is 896"),
         # Variable-size outputs: the ensemble declares them as the postprocess makes them.
