@@ -73,8 +73,18 @@ def top5(pipeline: Pipeline, pixels: np.ndarray) -> np.ndarray:
     return np.argsort(-logits, axis=1)[:, :5]
 
 
-def measure(per_photo: int, oversampling: float | None = None) -> dict:
-    """``oversampling``: another ``decode_oversampling`` than the served config's (what-if)."""
+def top5_and_margin(pipeline: Pipeline, pixels: np.ndarray) -> tuple[np.ndarray, float]:
+    """The first image's top-5 classes and its softmax probability margin between top-1 and top-2."""
+    (logits,) = pipeline.core.run({pipeline.core_input: pixels})
+    order = np.argsort(-logits[0])
+    probabilities = np.exp(logits[0] - logits[0].max())
+    probabilities /= probabilities.sum()
+    return order[:5], float(probabilities[order[0]] - probabilities[order[1]])
+
+
+def measure(per_photo: int, oversampling: float | None = None, reducing_gap: float | None = None) -> dict:
+    """``oversampling``, ``reducing_gap``: another ``decode_oversampling`` or ``resize_reducing_gap``
+    than the served config's (what-if; the reducing gap applies to served and reference alike)."""
     started = time.time()
     print("decode_gate: making the held-out images...", file=sys.stderr, flush=True)
     made = held_out_images(per_photo)
@@ -83,12 +93,15 @@ def measure(per_photo: int, oversampling: float | None = None) -> dict:
         served.spec = dataclasses.replace(served.spec, decode_oversampling=oversampling)
         served.minimum = preprocessing.decode_minimum(served.spec)
     reference = Pipeline(core_config_name="cpu_onnxruntime")
+    if reducing_gap is not None:
+        served.spec = dataclasses.replace(served.spec, resize_reducing_gap=reducing_gap)
+        reference.spec = dataclasses.replace(reference.spec, resize_reducing_gap=reducing_gap)
     rows = []
     for name, kind, data in made:
         reduced = image_codec.decode(data, served.limits, served.minimum)
         full = image_codec.decode(data, reference.limits)
         served_top = top5(served, preprocessing.preprocess_batch([reduced.image], served.spec))[0]
-        reference_top = top5(reference, preprocessing.preprocess_batch([full.image], reference.spec))[0]
+        reference_top, reference_margin = top5_and_margin(reference, preprocessing.preprocess_batch([full.image], reference.spec))
         shrunk = full.image
         if reduced.image.shape != full.image.shape:
             shrunk = cv2.resize(full.image, reduced.image.shape[1::-1], interpolation=cv2.INTER_AREA)
@@ -104,6 +117,7 @@ def measure(per_photo: int, oversampling: float | None = None) -> dict:
                 "top5_overlap": len(set(served_top.tolist()) & set(reference_top.tolist())) / 5,
                 "top1_agrees_area": bool(served_top[0] == area_top[0]),
                 "reference_agrees_area": bool(reference_top[0] == area_top[0]),
+                "reference_top1_margin": round(reference_margin, 4),
             }
         )
 
@@ -123,6 +137,7 @@ def measure(per_photo: int, oversampling: float | None = None) -> dict:
         "served_core_config": "cpu",
         "served_runtime": served.runtime,
         "decode_oversampling": served.spec.decode_oversampling,
+        "resize_reducing_gap": served.spec.resize_reducing_gap,
         "all": overall,
         "by_size": by_kind,
         "gate": {"min_top1": MIN_TOP1, "pass": overall["top1_agreement"] >= MIN_TOP1},
@@ -142,7 +157,9 @@ def markdown(result: dict, command: str) -> str:
         f"# Reduced decoding gate: {verdict}\n\n"
         f"Command: `{command}`; {result.get('finished_at', '')}, {result['elapsed_s']:.0f} s.\n\n"
         f"Served: configs/cpu.pbtxt ({result['served_runtime']}, its precision), JPEGs decoded at the DCT scale that keeps the "
-        f"shorter side >= {result['decode_oversampling']} x the resize target. Reference: FP32 onnxruntime, full-size decode. "
+        f"shorter side >= {result['decode_oversampling']} x the resize target; resize_reducing_gap "
+        f"{result.get('resize_reducing_gap', 0.0)} (larger downscales area-average to that x the target first, both sides). "
+        f"Reference: FP32 onnxruntime, full-size decode. "
         f"Held-out photos (the recipe's evaluation_photos) and augmentations, at 12 MP (phone-like, half with EXIF orientation 6), "
         f"2048 px and 1280 px. Gate: top-1 agreement >= {MIN_TOP1}.\n\n"
         + report._table(
@@ -157,6 +174,20 @@ def markdown(result: dict, command: str) -> str:
             ],
             table_rows,
         )
+        + disagreements(result)
+    )
+
+
+def disagreements(result: dict) -> str:
+    """The images whose served top-1 differs, with the reference's top-1 vs top-2 probability margin."""
+    rows = [row for row in result["rows"] if not row["top1_agrees"] and "reference_top1_margin" in row]
+    if not rows:
+        return ""
+    margins = sorted(row["reference_top1_margin"] for row in result["rows"] if "reference_top1_margin" in row)
+    listed = ", ".join(f"{row['name']} ({row['kind']}, {row['reference_top1_margin']:.3f})" for row in rows)
+    return (
+        f"\nServed top-1 differs on: {listed} (reference top-1 minus top-2 softmax probability; "
+        f"median over all images {float(np.median(margins)):.3f}).\n"
     )
 
 
@@ -165,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-photo", type=int, default=12, help="augmentations per held-out photo (default 12)")
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "decode_gate.md")
     parser.add_argument("--oversampling", type=float, help="what-if: another decode_oversampling than the served config's")
+    parser.add_argument("--reducing-gap", type=float, help="what-if: another resize_reducing_gap than the served config's (0: off)")
     parser.add_argument("--render-only", action="store_true", help="measure nothing: rewrite the .md from the .json next to it")
     args = parser.parse_args(argv)
     if args.render_only:
@@ -174,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_photo < 0:
         parser.error("--per-photo must be >= 0")
     command = " ".join([".venv/bin/python -m benchmarks.decode_gate", *(sys.argv[1:] if argv is None else argv)])
-    result = measure(args.per_photo, args.oversampling)
+    result = measure(args.per_photo, args.oversampling, args.reducing_gap)
     result["command"] = command
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(markdown(result, command))
