@@ -236,9 +236,12 @@ def test_bad_reducing_gap_in_a_config_is_one_config_error(preprocess_config):
     [
         (512, 700, None),  # exactly 2x the 256 target: below the gap, untouched
         (400, 300, None),  # upscale-free small downscale
-        (1000, 750, (682, 512)),  # 2.93x: area-averaged to 2x the 341 x 256 target
-        (4000, 3000, (682, 512)),
-        (3000, 4000, (512, 682)),
+        (1000, 750, None),  # 2.93x: an integer box of 2 would go below 2x the target
+        (1100, 1100, (550, 550)),  # 4.3x: boxes of 2
+        (2048, 1536, (682, 512)),  # 6x: boxes of 3
+        (4000, 3000, (800, 600)),  # 11.7x: boxes of 5
+        (3000, 4000, (600, 800)),
+        (4003, 3002, (800, 600)),  # the rows/columns short of a whole box are cropped
     ],
 )
 def test_area_reduction_only_above_the_gap(width, height, reduced):
@@ -281,10 +284,10 @@ def test_a_12mp_photo_and_its_reduced_decode_give_nearly_the_same_model_input(ph
 
 
 def test_elongated_warp_path_reduces_like_the_resize_path(spec, monkeypatch):
-    """6000 x 1000 resizes to 1536 x 256, over MAX_RESIZE_AREA_RATIO crops: the warp path, after the
-    same area reduction (to 3072 x 512, never larger than the image), agrees with resize-then-crop."""
+    """9000 x 1500 resizes to 1536 x 256, over MAX_RESIZE_AREA_RATIO crops: the warp path, after the
+    same area reduction (boxes of 2, to 4500 x 750, never larger than the image), agrees with resize-then-crop."""
     rng = np.random.default_rng(3)
-    image = cv2.resize(rng.integers(0, 256, size=(100, 600, 3), dtype=np.uint8), (6000, 1000), interpolation=cv2.INTER_LINEAR)
+    image = cv2.resize(rng.integers(0, 256, size=(150, 900, 3), dtype=np.uint8), (9000, 1500), interpolation=cv2.INTER_LINEAR)
     warped = preprocessing.resize_and_crop(image, spec)
     monkeypatch.setattr(preprocessing, "MAX_RESIZE_AREA_RATIO", 1e9)
     resized = preprocessing.resize_and_crop(image, spec)
