@@ -1088,7 +1088,11 @@ class EntryScriptServer(LocalTritonServer):
 
 @pytest.fixture(scope="module")
 def model_image_context(built_repository, tmp_path_factory) -> Path:
-    """The model image's build context, staged from the built repository as the README says."""
+    """The model image's build context, staged from the built repository as the README says: after
+    `python -m builders all` (the precision ladder's served_precision.json travels in the image)."""
+    from builders.build_all import run_all
+
+    assert run_all(list(layout.pipelines(built_repository))) == 0, "python -m builders all failed"
     context = tmp_path_factory.mktemp("model-image")
     assert model_image.main(["--model-repository", str(built_repository), "--output", str(context)]) == 0
     return context
