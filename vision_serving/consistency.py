@@ -13,9 +13,9 @@ names exist on the composing model with matching dtypes and dims, every
 required input is fed, every ensemble output is produced, batch sizes fit;
 the config variants of one model (TensorRT vs CPU) expose identical tensors;
 built ONNX files match the config that serves them; preprocessing parameters,
-detection parameters (MediaPipe's anchor, decoding and NMS options) and label
-files agree with the tensors they describe, and a detector's letterbox size is
-its preprocess model's output size. Exit code 1 lists every problem found.
+each postprocess model's task parameters (its tensors by role, a detector's head
+options and its input size, label files) agree with the tensors they describe.
+Exit code 1 lists every problem found.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import layout, model_config, queue_policy
+from . import drift, layout, model_config, preprocessing, queue_policy
 from .model_config import ConfigError, ModelConfig
+from .tasks import registry
 
 ONNX_DTYPES = {1: "TYPE_FP32", 10: "TYPE_FP16", 6: "TYPE_INT32", 7: "TYPE_INT64", 3: "TYPE_INT8", 2: "TYPE_UINT8", 9: "TYPE_BOOL"}
 
@@ -183,31 +184,24 @@ def check_onnx(config: ModelConfig, version_dirs: list[Path]) -> list[str]:
     return problems
 
 
-def check_model_parameters(config: ModelConfig, model_dir: Path) -> list[str]:
-    """Preprocessing and postprocessing parameters agree with the tensors they describe."""
-    from . import classification, detection, drift, preprocessing, segmentation
-
-    problems = []
+def check_model_parameters(config: ModelConfig, model_dir: Path, preprocess: preprocessing.PreprocessSpec | None = None) -> list[str]:
+    """Preprocessing and postprocessing parameters agree with the tensors they describe; a postprocess
+    model's with its task (and with ``preprocess``, its pipeline's preprocess spec, where known)."""
     if config.backend == "openvino":
         return check_openvino_backend(config, model_dir)
+    problems = []
     try:
         if config.backend == "python" and ("onnx_file" in config.parameters or "precision" in config.parameters):
             check_python_core(config)
-        if "layout" in config.parameters:
+        if config.name.endswith("_preprocess"):
             preprocessing.PreprocessSpec.from_config(config)
+            preprocessing.PreprocessOutputs.from_config(config)
             preprocessing.limits_from_config(config)
-        if is_detector(config):
-            detection.DetectorTensors.from_config(config, detection.DetectorSpec.from_config(config))
-        if config.name.endswith(("_preprocess", "_postprocess")):
-            drift.DriftSettings.from_config(config)  # present, positive, min_samples <= window
-        if "mask_mode" in config.parameters:
-            segmentation.MaskSpec(model_config.parameter(config, "mask_mode"), float(model_config.parameter(config, "threshold")))
-        if "labels_file" in config.parameters:
-            logits = model_config.tensor(config, model_config.tensors_by_role(config).required_input("FP32"))
-            labels = model_dir / model_config.parameter(config, "labels_file")
-            if labels.is_file():
-                classification.load_labels(labels, int(logits.dims[-1]))
-            classification.validate_k(model_config.int_parameter(config, "top_k"), int(logits.dims[-1]))
+            drift.DriftSettings.from_config(config, drift.IMAGE_FEATURES)  # present, positive, min_samples <= window
+        if config.name.endswith("_postprocess"):
+            task = registry.for_config(config)
+            problems += task.check(config, model_dir, preprocess)
+            drift.DriftSettings.from_config(config, task.drift_features)
     except (ConfigError, ValueError) as error:
         problems.append(f"{config.name}: {error}")
     return problems
@@ -271,32 +265,14 @@ def check_openvino_backend(config: ModelConfig, model_dir: Path) -> list[str]:
     return problems
 
 
-def is_detector(config: ModelConfig) -> bool:
-    """A detection postprocess model: it carries MediaPipe's decoding options."""
-    return "num_coords" in config.parameters
-
-
-def check_detector_letterbox(models: dict[str, dict[str, ModelConfig]], pipeline: layout.Pipeline) -> list[str]:
-    """A detector maps boxes back through the letterbox of its pipeline's preprocess model: the
-    preprocess must letterbox, onto the anchors' input size."""
-    from . import detection, preprocessing
-
-    problems: list[str] = []
-    preprocess = models.get(pipeline.model_name("preprocess"), {}).get("")
-    for config in models.get(pipeline.model_name("postprocess"), {}).values():
-        if not is_detector(config) or preprocess is None:
-            continue
-        try:
-            spec = preprocessing.PreprocessSpec.from_config(preprocess)
-            height, width = detection.DetectorSpec.from_config(config).tensor_size
-        except (ConfigError, ValueError):
-            continue  # reported by check_model_parameters
-        if spec.resize != "letterbox" or (spec.crop_size, spec.crop_size) != (height, width):
-            problems.append(
-                f"{config.name}: decodes boxes of a {height}x{width} letterbox, but {preprocess.name} makes a "
-                f"{spec.crop_size}x{spec.crop_size} '{spec.resize}' image"
-            )
-    return problems
+def _preprocess_spec(config: ModelConfig | None) -> preprocessing.PreprocessSpec | None:
+    """The pipeline's preprocess spec for the postprocess checks; None when it is broken (reported on its own)."""
+    if config is None:
+        return None
+    try:
+        return preprocessing.PreprocessSpec.from_config(config)
+    except (ConfigError, ValueError):
+        return None
 
 
 def check_repository(repository: Path) -> list[str]:
@@ -327,14 +303,15 @@ def check_pipeline_layout(pipeline: layout.Pipeline, problems: list[str]) -> lis
 def check_pipeline(repository: Path) -> list[str]:
     """One pipeline folder (a Triton model repository): configs, wiring, ONNX I/O, parameters."""
     models, problems = load_repository(repository)
+    pipeline = layout.Pipeline.at(repository)
+    preprocess = _preprocess_spec(models.get(pipeline.model_name("preprocess"), {}).get(""))
     for name, variants in models.items():
         problems += check_variants(name, variants)
         for config in variants.values():
-            problems += check_model_parameters(config, repository / name)
+            problems += check_model_parameters(config, repository / name, preprocess)
             if config.backend == "openvino" or "onnx_file" in config.parameters or "precision" in config.parameters:
                 version_dirs = sorted(p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit())
                 problems += check_onnx(config, version_dirs)
-    problems += check_detector_letterbox(models, layout.Pipeline.at(repository))
     problems += queue_policy.check_pipeline(models, repository)
     # Every variant combination an ensemble can meet: each config name, falling back to config.pbtxt.
     variant_names = sorted({v for variants in models.values() for v in variants})

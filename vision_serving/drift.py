@@ -10,15 +10,14 @@ gauges (:mod:`vision_serving.triton_models.drift_metrics`).
   0..1), ``contrast`` (luma standard deviation), ``saturation`` (mean HSV saturation), ``sharpness``
   (variance of the 4-neighbour Laplacian of the 0..255 luma thumbnail); and from the payload:
   ``width``, ``height``, ``aspect_ratio`` (width / height), ``bytes``; categorical ``format``.
-- postprocess: every task exports ``confidence``. Classification (:func:`classification_features`):
-  ``confidence`` (top-1 softmax probability), ``entropy`` (nats), categorical ``predicted_class``.
-  Segmentation (:func:`segmentation_features`): ``coverage`` (the served person fraction),
-  ``confidence`` (mean per-pixel certainty ``|2p - 1|``: 0 when every pixel is a coin toss, 1 when
-  every pixel is sure). Detection (:func:`detection_features`): ``faces`` per image,
-  ``confidence`` (mean score of the kept faces; an image without a face has none).
+- postprocess: the task's (``drift_features`` of each :mod:`vision_serving.tasks` module); every
+  task exports ``confidence``: classification ``confidence`` (top-1 softmax probability),
+  ``entropy`` (nats), categorical ``predicted_class``; segmentation ``coverage`` and
+  ``confidence`` (mean per-pixel certainty ``|2p - 1|``); detection ``detections`` per image and
+  ``confidence`` (mean score of the kept ones; an image without detections has none).
 
-**Selection**: the optional ``drift_features`` parameter (a comma list of :data:`MODEL_FEATURES`
-names of that model; empty or absent: all) chooses which features are tested and exported; the
+**Selection**: the optional ``drift_features`` parameter (a comma list of that model's feature
+names; empty or absent: all) chooses which features are tested and exported; the
 others are still computed (they are cheap) but never windowed, tested or exported.
 
 **Tests** (:func:`compare`): numeric features, the two-sample Kolmogorov-Smirnov test of the window
@@ -58,13 +57,8 @@ PARAMETERS = ("drift_enabled", "drift_window", "drift_min_samples", "drift_updat
 
 IMAGE_NUMERIC = ("brightness", "contrast", "saturation", "sharpness", "width", "height", "aspect_ratio", "bytes")
 IMAGE_CATEGORICAL = ("format",)
-# Every feature a model can test and export, per kind of model (drift_features selects among them).
-MODEL_FEATURES = {
-    "preprocess": IMAGE_NUMERIC + IMAGE_CATEGORICAL,
-    "classification": ("confidence", "entropy", "predicted_class"),
-    "segmentation": ("coverage", "confidence"),
-    "detection": ("faces", "confidence"),
-}
+# The preprocess models' features; a postprocess model's are its task's (vision_serving.tasks).
+IMAGE_FEATURES = IMAGE_NUMERIC + IMAGE_CATEGORICAL
 
 
 class DriftError(ValueError):
@@ -137,40 +131,6 @@ def payload_facts(payloads: Sequence[Any]) -> tuple[list[int], list[str]]:
     return [len(item) for item in payloads], [image_codec.sniff_format(bytes(item[:16])) or "unknown" for item in payloads]
 
 
-def classification_features(logits: np.ndarray) -> Features:
-    """Logits [N, C] -> top-1 softmax probability, entropy (nats), predicted class id."""
-    logits = np.asarray(logits, dtype=np.float64).reshape(len(logits), -1)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    total = exp.sum(axis=1, keepdims=True)
-    probabilities = exp / total
-    entropy = np.log(total[:, 0]) - (probabilities * shifted).sum(axis=1)
-    predicted = logits.argmax(axis=1)
-    return Features(
-        {"confidence": probabilities.max(axis=1), "entropy": entropy},
-        {"predicted_class": [str(int(index)) for index in predicted]},
-    )
-
-
-def segmentation_features(probabilities: np.ndarray, coverage: Sequence[float] | np.ndarray) -> Features:
-    """Probability maps [N, ...] and the served coverage [N] -> coverage, mean certainty |2p - 1|."""
-    flat = np.asarray(probabilities, dtype=np.float32).reshape(len(probabilities), -1)
-    certainty = np.abs(2.0 * flat - 1.0).mean(axis=1, dtype=np.float64)
-    return Features({"coverage": np.asarray(coverage, dtype=np.float64).reshape(-1), "confidence": certainty})
-
-
-def detection_features(scores: np.ndarray, counts: np.ndarray) -> Features:
-    """Kept faces' scores [N, K] (zero padding past each count) and counts [N] -> faces per image and
-    the mean score of the kept faces (NaN for an image without faces: it contributes nothing)."""
-    counts = np.asarray(counts, dtype=np.float64).reshape(-1)
-    scores = np.asarray(scores, dtype=np.float64).reshape(len(counts), -1)
-    kept = np.arange(scores.shape[1])[None, :] < counts[:, None]
-    total = np.where(kept, scores, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        confidence = np.where(counts > 0, total / counts, np.nan)
-    return Features({"faces": counts, "confidence": confidence})
-
-
 def finite_rows(values: np.ndarray) -> np.ndarray:
     """bool [N]: which items of a batch (first axis) hold only finite numbers."""
     values = np.asarray(values)
@@ -185,22 +145,6 @@ def check_finite(values: np.ndarray, name: str) -> None:
 
 
 # --------------------------------------------------------------------------- settings and reference
-
-
-def model_kind(config: model_config.ModelConfig) -> str | None:
-    """Which features a model computes (a MODEL_FEATURES key), from its name and parameters;
-    None for a model that computes none."""
-    if config.name.endswith("_preprocess"):
-        return "preprocess"
-    if not config.name.endswith("_postprocess"):
-        return None
-    if "labels_file" in config.parameters:
-        return "classification"
-    if "mask_mode" in config.parameters:
-        return "segmentation"
-    if "num_coords" in config.parameters:
-        return "detection"
-    return None
 
 
 def parse_features(text: str, known: Sequence[str] | None = None) -> tuple[str, ...] | None:
@@ -239,7 +183,8 @@ class DriftSettings:
             raise DriftError(f"drift_reference must be a file name, got {self.reference!r}")
 
     @classmethod
-    def from_config(cls, config: model_config.ModelConfig) -> DriftSettings:
+    def from_config(cls, config: model_config.ModelConfig, known: Sequence[str] | None = None) -> DriftSettings:
+        """The config's drift parameters; ``known``: the features the model computes (drift_features must be among them)."""
         missing = [key for key in PARAMETERS if key not in config.parameters]
         if missing:
             raise model_config.ConfigError(f"model '{config.name}': missing drift parameters {missing}")
@@ -253,16 +198,10 @@ class DriftSettings:
                 min_samples=model_config.int_parameter(config, "drift_min_samples"),
                 update_every=model_config.int_parameter(config, "drift_update_every"),
                 reference=model_config.parameter(config, "drift_reference"),
-                features=parse_features(model_config.parameter(config, "drift_features", ""), features_of(config)),
+                features=parse_features(model_config.parameter(config, "drift_features", ""), known),
             )
         except DriftError as error:
             raise model_config.ConfigError(f"model '{config.name}': {error}") from None
-
-
-def features_of(config: model_config.ModelConfig) -> tuple[str, ...] | None:
-    """Every feature ``config``'s model computes; None when it is not a model with drift features."""
-    kind = model_kind(config)
-    return MODEL_FEATURES[kind] if kind else None
 
 
 def served_version_dir(core_dir: Path, version: str | None = None) -> Path | None:

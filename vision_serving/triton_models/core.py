@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .. import core_model, model_config
+from .. import core_model, cpu_core, model_config
 from .base import BatchedModel
 from .batching import split_rows
 
@@ -21,7 +21,7 @@ from .batching import split_rows
 class TritonPythonModel(BatchedModel):
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
-        self.core = core_model.load(config, Path(args["model_repository"]) / args["model_version"])
+        self.core = cpu_core.load(config, Path(args["model_repository"]) / args["model_version"])
         pb_utils.Logger.log_info(f"{config.name}: {core_model.runtime(config)} serving {self.core.onnx_path.name}")
 
     def _parse(self, request):

@@ -18,6 +18,7 @@ request thread, and only when an update has finished (every ``drift_update_every
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,11 @@ def pipeline_name(args: dict[str, Any]) -> str:
 
 
 class DriftMetrics:
-    def __init__(self, pb_utils: Any, args: dict[str, Any], config: model_config.ModelConfig, counts_nonfinite: bool = False) -> None:
-        """``counts_nonfinite``: this model checks core outputs (postprocess models): export the counter."""
+    def __init__(
+        self, pb_utils: Any, args: dict[str, Any], config: model_config.ModelConfig, features: Sequence[str], counts_nonfinite: bool = False
+    ) -> None:
+        """``features``: every drift feature the model computes; ``counts_nonfinite``: this model checks
+        core outputs (postprocess models): export the counter."""
         self.logger = pb_utils.Logger
         self.labels = {"pipeline": pipeline_name(args), "model": config.name}
         self.monitor: drift.DriftMonitor | None = None
@@ -58,7 +62,7 @@ class DriftMetrics:
             name, text = NONFINITE
             self.families["nonfinite"] = pb_utils.MetricFamily(name=name, description=text, kind=pb_utils.MetricFamily.COUNTER)
             self.nonfinite = self.families["nonfinite"].Metric(labels=dict(self.labels))
-        settings = drift.DriftSettings.from_config(config)
+        settings = drift.DriftSettings.from_config(config, features)
         if not settings.enabled:
             self.logger.log_info(f"{config.name}: drift statistics off (drift_enabled false)")
             return

@@ -1,14 +1,14 @@
-"""Preprocess model: encoded image bytes -> one model-input batch (and each image's original size).
+"""Preprocess model: encoded image bytes -> one model-input batch (and each image's size and tensor transform).
 
-Inputs and outputs are read from the model's config: one BYTES input, the
-FP32 pixel output, and, when the config declares it, an INT32 ``[2]`` output
-with each image's (height, width) for postprocessing that maps results back
-to the original image.
+Inputs and outputs are read from the model's config by role
+(:class:`vision_serving.preprocessing.PreprocessOutputs`): one BYTES input, the FP32 image
+output and, when the config declares them, an INT32 ``[2]`` output with each photo's
+(height, width) and an FP32 ``[4]`` output with its tensor transform, for postprocessing that
+maps results back to the photo.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .. import drift, model_config, preprocessing
@@ -16,14 +16,6 @@ from .base import BatchedModel
 from .batching import split_rows
 from .drift_metrics import DriftMetrics
 from .errors import triton_error
-
-
-def _outputs(config: model_config.ModelConfig) -> tuple[str, str | None]:
-    pixels = [item.name for item in config.output if item.data_type == model_config.model_config_pb2.TYPE_FP32]
-    sizes = [item.name for item in config.output if item.data_type == model_config.model_config_pb2.TYPE_INT32]
-    if len(pixels) != 1 or len(sizes) > 1 or len(config.output) != len(pixels) + len(sizes):
-        raise model_config.ConfigError(f"model '{config.name}': expected one FP32 pixel output and at most one INT32 [2] size output")
-    return pixels[0], (sizes[0] if sizes else None)
 
 
 class TritonPythonModel(BatchedModel):
@@ -35,13 +27,13 @@ class TritonPythonModel(BatchedModel):
         # JPEGs are decoded at the smallest DCT scale the resize still downscales from.
         self.minimum = preprocessing.decode_minimum(self.spec)
         self.input_name = model_config.only_tensor(config, "input").name
-        self.pixels_name, self.sizes_name = _outputs(config)
+        self.outputs = preprocessing.PreprocessOutputs.from_config(config)
         self.logger = pb_utils.Logger
-        self.drift = DriftMetrics(pb_utils, args, config)
+        self.drift = DriftMetrics(pb_utils, args, config, drift.IMAGE_FEATURES)
 
     def _parse(self, request):
         payloads = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
-        decoded = preprocessing.decode_payloads_reduced(payloads, self.limits, self.minimum)
+        decoded = preprocessing.decode_payloads(payloads, self.limits, self.minimum)
         return (decoded, *drift.payload_facts(payloads.reshape(-1)))
 
     def _compute(self, parsed):
@@ -50,20 +42,21 @@ class TritonPythonModel(BatchedModel):
         images = [item.image for item in items]
         # The photos' own sizes (postprocessing maps results back to them), not the reduced decode's.
         original = preprocessing.original_sizes(items)
-        pixels = split_rows(preprocessing.preprocess_batch(images, self.spec), counts)
+        outputs = {self.outputs.pixels: preprocessing.preprocess_batch(images, self.spec)}
+        if self.outputs.image_size is not None:
+            outputs[self.outputs.image_size] = original
+        if self.outputs.transform is not None:
+            outputs[self.outputs.transform] = preprocessing.tensor_transforms(original, self.spec)
         self.drift.observe(
             lambda: drift.image_features(
                 images, original, [n for _, sizes, _ in parsed for n in sizes], [f for _, _, formats in parsed for f in formats]
             )
         )
-        return list(zip(pixels, split_rows(original, counts)))
+        split = {name: split_rows(value, counts) for name, value in outputs.items()}
+        return [{name: parts[index] for name, parts in split.items()} for index in range(len(parsed))]
 
-    def _respond(self, result):
-        pixels, sizes = result
-        outputs = [pb_utils.Tensor(self.pixels_name, pixels)]
-        if self.sizes_name is not None:
-            outputs.append(pb_utils.Tensor(self.sizes_name, np.ascontiguousarray(sizes)))
-        return pb_utils.InferenceResponse(output_tensors=outputs)
+    def _respond(self, outputs):
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()])
 
     def finalize(self):
         self.drift.close()

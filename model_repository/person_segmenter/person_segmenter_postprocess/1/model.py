@@ -1,3 +1,3 @@
-"""Triton entry point; the model lives in vision_serving.triton_models.segmentation (shared by every segmenter)."""
+"""Triton entry point; the model lives in vision_serving.triton_models.postprocess (shared by every pipeline)."""
 
-from vision_serving.triton_models.segmentation import TritonPythonModel  # noqa: F401
+from vision_serving.triton_models.postprocess import TritonPythonModel  # noqa: F401

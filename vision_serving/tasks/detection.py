@@ -1,0 +1,614 @@
+"""The detection task: a detector's raw outputs -> boxes, scores, classes and labels in the photo's pixels.
+
+Postprocess config (``task: "detection"``):
+
+- ``head``: the raw output format (:mod:`.detection_heads.registry`): ``mediapipe_ssd``
+  (MediaPipe's SSD face detector), ``yolo`` (``[4 + C, A]``: YOLOv5u, v8, 11), ``yolo_v5``
+  (``[A, 5 + C]``: the original YOLOv5), ``end2end`` (``[K, 6]``: NMS in the model); the head's
+  own parameters beside it;
+- ``score_threshold``, ``iou_threshold``: the defaults of the per-image request inputs
+  ``SCORE_THRESHOLD`` and ``IOU_THRESHOLD`` (FP32 ``[1]``, optional);
+- ``max_detections``: at most this many detections per image (the best ones);
+- ``class_agnostic``: ``true`` suppresses overlapping boxes whatever their classes (default
+  ``false``: per class);
+- ``clip_to_image``: clip boxes (and keypoints) to the photo (default ``true``);
+- ``labels_file``: one label per line, in class-id order, beside the config.
+
+Tensors by role. Inputs: the head's raw outputs; INT32 ``[2]`` the photo's (height, width) and
+FP32 ``[4]`` the preprocess model's tensor transform (``tensor = image * scale + offset``,
+:func:`vision_serving.preprocessing.tensor_transforms`), through which boxes are mapped back to
+the photo; the optional thresholds. Outputs: FP32 ``[K, 4]`` boxes (x_min, y_min, x_max, y_max,
+pixels), FP32 ``[K]`` scores, INT32 ``[K]`` class ids, BYTES ``[K]`` labels, INT32 ``[1]``
+count, and for heads with keypoints FP32 ``[K, P, 2]`` keypoints. ``K`` is the largest count in
+the request (at most ``max_detections``); rows past an image's count are zero (labels empty).
+
+Drift features: ``detections`` per image and ``confidence`` (mean score of the kept ones).
+Precision gate (recipe ``[gate]``): detections of FP32 and the candidate matched one to one
+within each class by box IoU >= 0.5; agreement ``2 matched / (FP32's + candidate's)`` (also per
+class) and the mean IoU of the matched boxes. Labelled dataset: YOLO text labels (``class cx cy
+w h``, normalized) beside each image or in the ``labels/`` folder beside ``images/``;
+precision, recall and AP at IoU 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from .. import drift
+from ..model_config import ConfigError, ModelConfig
+from .base import ClientReport, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report, per_image_option, rows
+from .classification import load_labels
+from .detection_heads.base import Head, NmsSettings, boolean
+from .detection_heads.registry import HEADS, head_class
+
+MATCH_IOU = 0.5  # detections are the same object when their boxes overlap this much (gate, dataset metric)
+DRAWN_SUFFIX = ".detections.jpg"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+BOX_COLOR = (0, 220, 0)  # BGR
+KEYPOINT_COLORS = ((255, 64, 64), (64, 64, 255), (0, 200, 255), (255, 0, 200), (255, 255, 0), (0, 255, 255))
+# The task's own config parameters: parser, default (None: required). The rest but drift_* are the head's.
+PARAMETERS: dict[str, tuple[Any, Any]] = {
+    "task": (str, None),
+    "head": (str, None),
+    "score_threshold": (float, None),
+    "iou_threshold": (float, None),
+    "max_detections": (int, None),
+    "class_agnostic": (boolean, False),
+    "clip_to_image": (boolean, True),
+    "labels_file": (str, None),
+}
+
+
+REQUEST_ROLES = (
+    Role("score_threshold", "FP32", (1,), optional=True, name="SCORE_THRESHOLD"),
+    Role("iou_threshold", "FP32", (1,), optional=True, name="IOU_THRESHOLD"),
+)
+
+
+def _output_roles(keypoints: int | None) -> tuple[Role, ...]:
+    """The outputs; ``keypoints``: the head's count (0: none), None: either (a client reading an ensemble)."""
+    roles = (
+        Role("boxes", "FP32", (-1, 4), name="BOXES"),
+        Role("scores", "FP32", (-1,), name="SCORES"),
+        Role("class_ids", "INT32", (-1,), name="CLASS_IDS"),
+        Role("labels", "BYTES", (-1,), name="LABELS"),
+        Role("count", "INT32", (1,), name="COUNT"),
+    )
+    if keypoints is None:
+        return (*roles, Role("keypoints", "FP32", (-1, None, 2), optional=True, name="KEYPOINTS"))
+    return (*roles, Role("keypoints", "FP32", (-1, keypoints, 2), name="KEYPOINTS")) if keypoints else roles
+
+
+@dataclass(frozen=True)
+class Settings:
+    head: Head
+    score_threshold: float
+    iou_threshold: float
+    max_detections: int
+    class_agnostic: bool
+    clip: bool
+    labels_file: str
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> Settings:
+        """The task's and the head's parameters (drift_* aside); unknown keys are errors."""
+        given = {key: value.string_value for key, value in config.parameters.items() if not key.startswith("drift_")}
+        if "head" not in given:
+            raise ValueError(f"missing parameter 'head' (one of {', '.join(sorted(HEADS))})")
+        head = head_class(given["head"])
+        unknown = sorted(set(given) - set(PARAMETERS) - set(head.parameters))
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {', '.join(unknown)} for head {head.name}")
+        values: dict[str, Any] = {}
+        for key, (parse, default) in PARAMETERS.items():
+            if key not in given and default is None:
+                raise ValueError(f"missing parameter '{key}'")
+            try:
+                values[key] = parse(given[key]) if key in given else default
+            except ValueError as error:
+                raise ValueError(f"parameter {key}: {error}") from None
+        settings = cls(
+            head.from_parameters({key: text for key, text in given.items() if key in head.parameters}),
+            values["score_threshold"],
+            values["iou_threshold"],
+            values["max_detections"],
+            values["class_agnostic"],
+            values["clip_to_image"],
+            values["labels_file"],
+        )
+        if not 0.0 <= settings.score_threshold <= 1.0:
+            raise ValueError(f"score_threshold must be in [0, 1], got {settings.score_threshold}")
+        if not 0.0 <= settings.iou_threshold <= 1.0:
+            raise ValueError(f"iou_threshold must be in [0, 1], got {settings.iou_threshold}")
+        if settings.max_detections < 1:
+            raise ValueError(f"max_detections must be positive, got {settings.max_detections}")
+        return settings
+
+
+class DetectionResult(TaskResult):
+    """A batch's detections in the photos' pixels: ``boxes [N, K, 4]``, ``scores``, ``class_ids``,
+    ``counts [N]``, ``keypoints [N, K, P, 2]`` or None; rows past a count are zero."""
+
+    def __init__(
+        self,
+        post: DetectionPostprocessor,
+        boxes: np.ndarray,
+        scores: np.ndarray,
+        class_ids: np.ndarray,
+        counts: np.ndarray,
+        keypoints: np.ndarray | None,
+        sizes: np.ndarray,
+    ) -> None:
+        self.post, self.boxes, self.scores, self.class_ids = post, boxes, scores, class_ids
+        self.counts, self.keypoints, self.sizes = counts, keypoints, sizes
+
+    def __len__(self) -> int:
+        return rows(self.counts)
+
+    def image(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """One image's (boxes, scores, class ids, keypoints), without padding."""
+        count = int(self.counts[index])
+        keypoints = None if self.keypoints is None else self.keypoints[index, :count]
+        return self.boxes[index, :count], self.scores[index, :count], self.class_ids[index, :count], keypoints
+
+    def outputs(self, start: int = 0, stop: int | None = None) -> dict[str, np.ndarray]:
+        counts = self.counts[start:stop]
+        k = int(counts.max()) if len(counts) else 0
+        ids = np.ascontiguousarray(self.class_ids[start:stop, :k])
+        labels = self.post.labels()[ids]
+        labels[np.arange(k)[None, :] >= counts[:, None]] = b""
+        values = {
+            "boxes": np.ascontiguousarray(self.boxes[start:stop, :k]),
+            "scores": np.ascontiguousarray(self.scores[start:stop, :k]),
+            "class_ids": ids,
+            "labels": labels,
+            "count": counts.astype(np.int32).reshape(-1, 1),
+        }
+        if self.keypoints is not None:
+            values["keypoints"] = np.ascontiguousarray(self.keypoints[start:stop, :k])
+        return self.post.named(values)
+
+    def features(self) -> drift.Features:
+        counts = self.counts.astype(np.float64)
+        kept = np.arange(self.scores.shape[1])[None, :] < counts[:, None]
+        total = np.where(kept, self.scores, 0.0).sum(axis=1, dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            confidence = np.where(counts > 0, total / counts, np.nan)
+        return drift.Features({"detections": counts, "confidence": confidence})
+
+
+def to_image(points: np.ndarray, transforms: np.ndarray) -> np.ndarray:
+    """Model-input pixels ``[N, ..., 2]`` (x, y) -> the photos' pixels through each image's transform
+    ``[N, 4]`` (``image = (tensor - offset) / scale``), computed in float64."""
+    t = np.asarray(transforms, dtype=np.float64).reshape(len(transforms), *([1] * (points.ndim - 2)), 4)
+    out = np.empty(points.shape, dtype=np.float64)
+    out[..., 0] = (points[..., 0] - t[..., 2]) / t[..., 0]
+    out[..., 1] = (points[..., 1] - t[..., 3]) / t[..., 1]
+    return out
+
+
+class DetectionPostprocessor(Postprocessor):
+    def __init__(self, config: ModelConfig, model_dir: Path, require_labels: bool = True) -> None:
+        try:
+            self.settings = Settings.from_config(config)
+        except ValueError as error:
+            raise ConfigError(f"model '{config.name}': {error}") from None
+        head = self.settings.head
+        self.head_roles = head.input_roles()
+        inputs = (
+            *self.head_roles,
+            Role("image_size", "INT32", (2,), name="IMAGE_SIZE"),
+            Role("transform", "FP32", (4,), name="IMAGE_TRANSFORM"),
+            *REQUEST_ROLES,
+        )
+        super().__init__(config, inputs, _output_roles(head.num_keypoints))
+        head.bind(config, self.inputs)
+        labels_path = model_dir / self.settings.labels_file
+        self._labels: np.ndarray | None = None
+        if require_labels or labels_path.is_file():
+            count = head.num_classes
+            if count is None:  # the outputs do not say: the labels do
+                count = len(load_labels_any(labels_path))
+            self._labels = load_labels(labels_path, count)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels())
+
+    def labels(self) -> np.ndarray:
+        if self._labels is None:
+            raise FileNotFoundError(f"model '{self.config.name}': no labels file {self.settings.labels_file}")
+        return self._labels
+
+    def parse_roles(self, values: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+        parsed = {role.role: np.asarray(values[role.role], dtype=np.float32) for role in self.head_roles}
+        count = rows(next(iter(parsed.values())))
+        sizes, transform = values["image_size"], values["transform"]
+        assert sizes is not None and transform is not None
+        parsed["image_size"] = np.asarray(sizes).reshape(count, 2)
+        parsed["transform"] = np.asarray(transform, dtype=np.float32).reshape(count, 4)
+        names = self.inputs
+        parsed["score_threshold"] = per_image_option(
+            values.get("score_threshold"), count, self.settings.score_threshold, names["score_threshold"] or "SCORE_THRESHOLD"
+        )
+        parsed["iou_threshold"] = per_image_option(
+            values.get("iou_threshold"), count, self.settings.iou_threshold, names["iou_threshold"] or "IOU_THRESHOLD"
+        )
+        return parsed
+
+    def run(self, batch: Mapping[str, np.ndarray]) -> DetectionResult:
+        settings = NmsSettings(batch["score_threshold"], batch["iou_threshold"], self.settings.max_detections, self.settings.class_agnostic)
+        found = self.settings.head.detect({role.role: batch[role.role] for role in self.head_roles}, settings)
+        sizes = np.asarray(batch["image_size"]).reshape(-1, 2).astype(np.float64)
+        boxes = to_image(found.boxes.reshape(*found.boxes.shape[:2], 2, 2), batch["transform"]).reshape(found.boxes.shape)
+        keypoints = None if found.keypoints is None else to_image(found.keypoints, batch["transform"])
+        if self.settings.clip:
+            height, width = sizes[:, 0, None], sizes[:, 1, None]
+            boxes[..., 0::2] = np.clip(boxes[..., 0::2], 0, width[..., None])
+            boxes[..., 1::2] = np.clip(boxes[..., 1::2], 0, height[..., None])
+            if keypoints is not None:
+                keypoints[..., 0] = np.clip(keypoints[..., 0], 0, width[..., None])
+                keypoints[..., 1] = np.clip(keypoints[..., 1], 0, height[..., None])
+        padding = np.arange(found.scores.shape[1])[None, :] >= found.counts[:, None]
+        boxes[padding] = 0
+        if keypoints is not None:
+            keypoints[padding] = 0
+        return DetectionResult(
+            self,
+            boxes.astype(np.float32),
+            found.scores,
+            found.class_ids,
+            found.counts,
+            None if keypoints is None else keypoints.astype(np.float32),
+            sizes.astype(np.int32),
+        )
+
+
+def load_labels_any(path: Path) -> list[str]:
+    """Every line of a labels file (for heads whose outputs do not give the class count)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"label file {path} does not exist")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+# --------------------------------------------------------------------------- matching
+
+
+def box_iou(first: npt.ArrayLike, second: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """IoU matrix ``[P, Q]`` of boxes ``[P, 4]`` and ``[Q, 4]`` (x_min, y_min, x_max, y_max)."""
+    a = np.asarray(first, dtype=np.float64).reshape(-1, 4)
+    b = np.asarray(second, dtype=np.float64).reshape(-1, 4)
+    iw = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
+    ih = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
+    inter = np.clip(iw, 0, None) * np.clip(ih, 0, None)
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+
+
+def match_boxes(first: npt.ArrayLike, second: npt.ArrayLike, min_iou: float = MATCH_IOU) -> list[tuple[int, int, float]]:
+    """One-to-one matches ``(i, j, iou)`` between two sets of boxes, greedily by descending IoU,
+    each pair with IoU >= ``min_iou``."""
+    iou = box_iou(first, second)
+    matches: list[tuple[int, int, float]] = []
+    if iou.size == 0:
+        return matches
+    order = np.argsort(-iou, axis=None, kind="stable")
+    used_i: set[int] = set()
+    used_j: set[int] = set()
+    for flat in order:
+        i, j = divmod(int(flat), iou.shape[1])
+        if iou[i, j] < min_iou:
+            break
+        if i in used_i or j in used_j:
+            continue
+        used_i.add(i)
+        used_j.add(j)
+        matches.append((i, j, float(iou[i, j])))
+    return matches
+
+
+def match_by_class(
+    first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray], min_iou: float = MATCH_IOU
+) -> list[tuple[int, int, float]]:
+    """``match_boxes`` within each class: ``(boxes, class_ids)`` pairs -> matches (i, j, iou) across them."""
+    (boxes_a, classes_a), (boxes_b, classes_b) = first, second
+    matches: list[tuple[int, int, float]] = []
+    for class_id in np.union1d(classes_a, classes_b):
+        index_a, index_b = np.flatnonzero(classes_a == class_id), np.flatnonzero(classes_b == class_id)
+        matches += [(int(index_a[i]), int(index_b[j]), iou) for i, j, iou in match_boxes(boxes_a[index_a], boxes_b[index_b], min_iou)]
+    return matches
+
+
+def average_precision(recall: np.ndarray, precision: np.ndarray) -> float:
+    """AP from a precision-recall curve, COCO's 101-point interpolation as Ultralytics' ``compute_ap`` computes it
+    (a perfect detector scores 0.995 there too: the curve's last point is interpolated to 0)."""
+    recall = np.concatenate(([0.0], recall, [1.0]))
+    precision = np.concatenate(([1.0], precision, [0.0]))
+    envelope = np.flip(np.maximum.accumulate(np.flip(precision)))
+    points = np.linspace(0, 1, 101)
+    values = np.interp(points, recall, envelope)
+    return float(np.sum((points[1:] - points[:-1]) * (values[1:] + values[:-1]) / 2))
+
+
+# --------------------------------------------------------------------------- the task
+
+
+class DetectionTask(Task):
+    name = "detection"
+    drift_features = ("detections", "confidence")
+    gate_defaults: ClassVar[dict[str, float]] = {"min_detection_agreement": 0.95, "min_matched_iou": 0.90}
+    dataset_layout = (
+        "DIR/<image> with YOLO labels (one 'class cx cy w h' line per object, normalized) in <image stem>.txt beside it "
+        "or in the labels/ folder beside images/; no labels file: no objects"
+    )
+
+    def postprocessor(self, config: ModelConfig, model_dir: Path) -> DetectionPostprocessor:
+        return DetectionPostprocessor(config, model_dir)
+
+    def output_roles(self) -> tuple[Role, ...]:
+        return _output_roles(None)
+
+    def request_roles(self) -> tuple[Role, ...]:
+        return REQUEST_ROLES
+
+    def check(self, config: ModelConfig, model_dir: Path, preprocess: Any) -> list[str]:
+        try:
+            post = DetectionPostprocessor(config, model_dir, require_labels=False)
+        except (ConfigError, ValueError, FileNotFoundError) as error:
+            return [str(error)]
+        if preprocess is None:
+            return []
+        return [f"model '{config.name}': {problem}" for problem in post.settings.head.check(preprocess.height, preprocess.width)]
+
+    def gate(self, reference: TaskResult, candidate: TaskResult, limits: Mapping[str, float]) -> dict[str, Any]:
+        assert isinstance(reference, DetectionResult) and isinstance(candidate, DetectionResult)
+        ious: list[float] = []
+        keypoint_errors: list[float] = []
+        score_errors: list[float] = []
+        matched: dict[int, int] = {}
+        found: dict[int, int] = {}
+        same_count = 0
+        for index in range(len(reference)):
+            boxes, scores, classes, keypoints = reference.image(index)
+            other_boxes, other_scores, other_classes, other_keypoints = candidate.image(index)
+            same_count += len(boxes) == len(other_boxes)
+            for class_id in np.concatenate([classes, other_classes]).tolist():
+                found[class_id] = found.get(class_id, 0) + 1
+            for i, j, iou in match_by_class((boxes, classes), (other_boxes, other_classes)):
+                ious.append(iou)
+                matched[int(classes[i])] = matched.get(int(classes[i]), 0) + 1
+                score_errors.append(abs(float(scores[i] - other_scores[j])))
+                if keypoints is not None and other_keypoints is not None:
+                    width = max(float(boxes[i, 2] - boxes[i, 0]), 1e-6)
+                    keypoint_errors.append(float(np.linalg.norm(keypoints[i] - other_keypoints[j], axis=-1).max()) / width)
+        total = sum(found.values())
+        agreement = 2.0 * len(ious) / total if total else 1.0
+        matched_iou = float(np.mean(ious)) if ious else 1.0
+        labels = reference.post.labels()
+        per_class = {labels[c].decode(): 2.0 * matched.get(c, 0) / found[c] for c in sorted(found)}
+        metrics = {
+            "images": len(reference),
+            "detections_fp32": int(reference.counts.sum()),
+            "detections_candidate": int(candidate.counts.sum()),
+            "matched": len(ious),
+            "detection_agreement": agreement,
+            "agreement_by_class": per_class,
+            "images_with_the_same_count": same_count / max(len(reference), 1),
+            "matched_iou_mean": matched_iou,
+            "matched_iou_min": float(np.min(ious)) if ious else 1.0,
+            "score_abs_diff_max": float(np.max(score_errors)) if score_errors else 0.0,
+        }
+        if keypoint_errors:
+            metrics["keypoint_error_max_of_box_width"] = float(np.max(keypoint_errors))
+        return gate_report(
+            metrics,
+            {
+                "detection_agreement": (agreement, limits["min_detection_agreement"]),
+                "matched_iou_mean": (matched_iou, limits["min_matched_iou"]),
+            },
+        )
+
+    def response_result(self, postprocessor: Postprocessor, outputs: Mapping[str, np.ndarray]) -> DetectionResult:
+        assert isinstance(postprocessor, DetectionPostprocessor)
+        counts = np.asarray(outputs["count"], dtype=np.int32).reshape(-1)
+        keypoints = outputs.get("keypoints")
+        return DetectionResult(
+            postprocessor,
+            np.asarray(outputs["boxes"], dtype=np.float32),
+            np.asarray(outputs["scores"], dtype=np.float32),
+            np.asarray(outputs["class_ids"], dtype=np.int32),
+            counts,
+            None if keypoints is None else np.asarray(keypoints, dtype=np.float32),
+            np.zeros((len(counts), 2), np.int32),
+        )
+
+    def dataset(self, directory: Path, postprocessor: Postprocessor) -> list[LabelledSample]:
+        assert isinstance(postprocessor, DetectionPostprocessor)
+        classes = postprocessor.num_classes
+        samples = []
+        for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES):
+            labels = _label_file(directory, path)
+            target = np.zeros((0, 5), np.float64)
+            if labels is not None:
+                try:
+                    target = np.array([[float(v) for v in line.split()[:5]] for line in labels.read_text().splitlines() if line.strip()])
+                except ValueError:
+                    raise ValueError(f"{labels}: a line is not 'class cx cy w h' numbers") from None
+                target = target.reshape(-1, 5)
+                if target.size and (target[:, 0].min() < 0 or target[:, 0].max() >= classes or target[:, 0] % 1).any():
+                    raise ValueError(f"{labels}: class ids must be integers in 0..{classes - 1}")
+            samples.append(LabelledSample(path, target))
+        return samples
+
+    @staticmethod
+    def _tally(
+        result: DetectionResult, samples: Sequence[LabelledSample], hits: dict[int, list[tuple[float, bool]]], truths: dict[int, int]
+    ) -> None:
+        """Each detection's (score, whether it matched a labelled object of its class); labelled objects per class."""
+        for index, sample in enumerate(samples):
+            height, width = (float(v) for v in result.sizes[index])
+            target = sample.target
+            true_boxes = np.stack(
+                [
+                    (target[:, 1] - target[:, 3] / 2) * width,
+                    (target[:, 2] - target[:, 4] / 2) * height,
+                    (target[:, 1] + target[:, 3] / 2) * width,
+                    (target[:, 2] + target[:, 4] / 2) * height,
+                ],
+                axis=-1,
+            )
+            true_classes = target[:, 0].astype(np.int64)
+            for class_id in true_classes.tolist():
+                truths[class_id] = truths.get(class_id, 0) + 1
+            boxes, scores, classes, _ = result.image(index)
+            matched = {i for i, _, _ in match_by_class((boxes, classes), (true_boxes, true_classes))}
+            for i in range(len(boxes)):
+                hits.setdefault(int(classes[i]), []).append((float(scores[i]), i in matched))
+
+    def dataset_metrics(self, runs: Sequence[tuple[TaskResult, Sequence[LabelledSample]]]) -> dict[str, float]:
+        hits: dict[int, list[tuple[float, bool]]] = {}
+        truths: dict[int, int] = {}
+        for result, samples in runs:
+            assert isinstance(result, DetectionResult)
+            self._tally(result, samples, hits, truths)
+        true_positives = sum(hit for values in hits.values() for _, hit in values)
+        predicted = sum(len(values) for values in hits.values())
+        expected = sum(truths.values())
+        aps = []
+        for class_id, count in truths.items():
+            ranked = sorted(hits.get(class_id, []), key=lambda item: -item[0])
+            correct = np.cumsum([hit for _, hit in ranked])
+            aps.append(average_precision(correct / count, correct / np.arange(1, len(ranked) + 1)) if ranked else 0.0)
+        return {
+            "precision": true_positives / predicted if predicted else 0.0,
+            "recall": true_positives / expected if expected else 0.0,
+            "map50": float(np.mean(aps)) if aps else 0.0,
+        }
+
+    # ---- the client
+
+    def add_client_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--score-threshold", type=_unit, metavar="X", help="minimum score in [0, 1] (default: the model's)")
+        parser.add_argument("--iou-threshold", type=_unit, metavar="X", help="NMS IoU threshold in [0, 1] (default: the model's)")
+        parser.add_argument(
+            "--draw",
+            type=Path,
+            metavar="OUT",
+            help=f"write images with the detections drawn: OUT.jpg/.png for one image, else <name>{DRAWN_SUFFIX} in folder OUT",
+        )
+
+    def client_output_suffixes(self) -> tuple[str, ...]:
+        return (DRAWN_SUFFIX,)
+
+    def client_inputs(self, args: argparse.Namespace, count: int) -> dict[str, np.ndarray]:
+        inputs = {}
+        for role in ("score_threshold", "iou_threshold"):
+            value = getattr(args, role, None)
+            if value is not None:
+                inputs[role] = np.full((count, 1), value, dtype=np.float32)
+        return inputs
+
+    def client_report(self, name: str, outputs: Mapping[str, np.ndarray], image: bytes, args: argparse.Namespace) -> ClientReport:
+        count = int(np.asarray(outputs["count"]).reshape(-1)[0])
+        boxes = np.asarray(outputs["boxes"]).reshape(-1, 4)[:count]
+        scores = np.asarray(outputs["scores"]).reshape(-1)[:count]
+        labels = [_text(label) for label in np.asarray(outputs["labels"]).reshape(-1)[:count]]
+        class_ids = np.asarray(outputs["class_ids"]).reshape(-1)[:count]
+        keypoints = outputs.get("keypoints")
+        points = None if keypoints is None else np.asarray(keypoints).reshape(-1, *np.asarray(keypoints).shape[-2:])[:count]
+        drawn = _draw(name, image, boxes, scores, labels, points, getattr(args, "draw", None), getattr(args, "single_image", True))
+        tally: dict[str, int] = {}
+        for label in labels:
+            tally[label] = tally.get(label, 0) + 1
+        summary = f"{count} detection{'' if count == 1 else 's'}" + (
+            " (" + ", ".join(f"{n} {label}" for label, n in tally.items()) + ")" if tally else ""
+        )
+        lines = [f"{name}: {summary}" + (f" -> {drawn}" if drawn else "")]
+        if count:
+            width = max([len("label"), *(len(label) for label in labels)])
+            lines.append(f"  {'#':>3}  {'label':<{width}}  {'score':>6}  {'x_min':>7}  {'y_min':>7}  {'x_max':>7}  {'y_max':>7}")
+            for index, (label, score, (x0, y0, x1, y1)) in enumerate(zip(labels, scores, boxes), start=1):
+                lines.append(f"  {index:>3}  {label:<{width}}  {score:>6.3f}  {x0:>7.1f}  {y0:>7.1f}  {x1:>7.1f}  {y1:>7.1f}")
+        detections = []
+        for index in range(count):
+            item: dict[str, Any] = {
+                "label": labels[index],
+                "class_id": int(class_ids[index]),
+                "score": round(float(scores[index]), 4),
+                "box": [round(float(v), 2) for v in boxes[index]],
+            }
+            if points is not None:
+                item["keypoints"] = [[round(float(x), 2), round(float(y), 2)] for x, y in points[index]]
+            detections.append(item)
+        return ClientReport(lines, {"file": name, "detections": detections, **({"drawn": drawn} if drawn else {})})
+
+
+def _label_file(directory: Path, image: Path) -> Path | None:
+    beside = image.with_suffix(".txt")
+    if beside.is_file():
+        return beside
+    parts = list(image.relative_to(directory).parts)
+    if "images" in parts:
+        parts[len(parts) - 1 - parts[::-1].index("images")] = "labels"
+        candidate = (directory / Path(*parts)).with_suffix(".txt")
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _draw(
+    name: str,
+    image: bytes,
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    labels: list[str],
+    keypoints: np.ndarray | None,
+    out: Path | None,
+    single: bool,
+) -> str | None:
+    """A copy of the image with each detection's box, label, score and keypoints drawn, written under ``out``."""
+    if out is None:
+        return None
+    picture = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_COLOR)
+    if picture is None:
+        raise ValueError("the server decoded this file but OpenCV cannot, nothing drawn")
+    thickness = max(1, round(max(picture.shape[:2]) / 400))
+    for index, (box, score, label) in enumerate(zip(boxes, scores, labels)):
+        x0, y0, x1, y1 = (round(float(v)) for v in box)
+        cv2.rectangle(picture, (x0, y0), (x1, y1), BOX_COLOR, thickness, cv2.LINE_AA)
+        caption = f"{label} {score:.2f}"
+        cv2.putText(picture, caption, (x0, max(0, y0 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness, BOX_COLOR, thickness, cv2.LINE_AA)
+        if keypoints is not None:
+            for point, (x, y) in enumerate(keypoints[index]):
+                color = KEYPOINT_COLORS[point % len(KEYPOINT_COLORS)]
+                cv2.circle(picture, (round(float(x)), round(float(y))), 2 * thickness, color, -1, cv2.LINE_AA)
+    path = out if single and out.suffix.lower() in IMAGE_SUFFIXES else out / f"{Path(name).stem}{DRAWN_SUFFIX}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(path), picture):
+        raise ValueError(f"cannot write {path}")
+    return str(path)
+
+
+def _unit(text: str) -> float:
+    value = float(text)
+    if not (0.0 <= value <= 1.0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+TASK = DetectionTask()

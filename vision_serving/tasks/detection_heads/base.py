@@ -1,0 +1,220 @@
+"""What a detection head provides, and what heads share: detections in model-input pixels, hard NMS.
+
+A head (:class:`Head`) reads its own config parameters, says which core outputs it reads (by
+role) and turns them into :class:`TensorDetections`: per image, best first, boxes
+``(x_min, y_min, x_max, y_max)`` in pixels of the model's input tensor. The detection task maps
+them to the photo's pixels.
+
+:func:`hard_nms` is greedy non-maximum suppression as ``torchvision.ops.nms`` computes it and
+as Ultralytics' and the original YOLOv5's ``non_max_suppression`` apply it
+(``ultralytics/utils/nms.py``, ``yolov5/utils/general.py``): candidates sorted by score, at most
+``MAX_NMS`` of them, class-aware by offsetting each box by ``class x MAX_WH`` pixels (so boxes of
+different classes never overlap; the offset is applied in float32 as they do), a candidate
+suppressed when its IoU with a kept box is greater than the threshold, at most
+``max_detections`` kept. Vectorized over the batch: each iteration keeps one box per image, for
+every image at once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from ...model_config import ConfigError, ModelConfig
+from ..base import Role
+
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int32]
+
+# Ultralytics' and YOLOv5's non_max_suppression: the per-class coordinate offset and the candidate cap.
+MAX_WH = 7680
+MAX_NMS = 30000
+
+
+@dataclass(frozen=True)
+class TensorDetections:
+    """Per image, best first, in pixels of the model input: ``boxes [N, K, 4]`` (x_min, y_min, x_max,
+    y_max), ``scores [N, K]``, ``class_ids [N, K]``, ``counts [N]``, ``keypoints [N, K, P, 2]`` (x, y)
+    for heads that have them; rows past an image's count are zero."""
+
+    boxes: FloatArray
+    scores: FloatArray
+    class_ids: IntArray
+    counts: IntArray
+    keypoints: FloatArray | None = None
+
+    @classmethod
+    def empty(cls, images: int, keypoints: int = 0) -> TensorDetections:
+        return cls(
+            np.zeros((images, 0, 4), np.float32),
+            np.zeros((images, 0), np.float32),
+            np.zeros((images, 0), np.int32),
+            np.zeros((images,), np.int32),
+            np.zeros((images, 0, keypoints, 2), np.float32) if keypoints else None,
+        )
+
+
+@dataclass(frozen=True)
+class NmsSettings:
+    """One batch's suppression settings: per-image score and IoU thresholds, the cap, class awareness."""
+
+    score_thresholds: FloatArray  # [N]
+    iou_thresholds: FloatArray  # [N]
+    max_detections: int
+    class_agnostic: bool = False
+
+
+def boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return value == "true"
+
+
+def numbers(kind: type) -> Callable[[str], tuple[Any, ...]]:
+    def parse(text: str) -> tuple[Any, ...]:
+        return tuple(kind(item) for item in text.split(",") if item.strip())
+
+    return parse
+
+
+class Head(ABC):
+    """One output format. Subclasses set ``name``, ``parameters`` (their own config keys: parser,
+    required) and ``num_keypoints``, and implement ``input_roles``, ``bind`` and ``detect``."""
+
+    name: ClassVar[str]
+    parameters: ClassVar[dict[str, tuple[Callable[[str], Any], bool]]] = {}
+    num_keypoints: int = 0
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        """``values``: this head's parameters, parsed."""
+        self.values = dict(values)
+
+    @classmethod
+    def from_parameters(cls, parameters: Mapping[str, str]) -> Head:
+        """From the config's string parameters that are this head's (every required one present)."""
+        missing = sorted(key for key, (_, required) in cls.parameters.items() if required and key not in parameters)
+        if missing:
+            raise ValueError(f"head {cls.name}: missing parameter(s) {', '.join(missing)}")
+        values: dict[str, Any] = {}
+        for key, text in parameters.items():
+            try:
+                values[key] = cls.parameters[key][0](text)
+            except ValueError as error:
+                raise ValueError(f"head {cls.name}: parameter {key}: {error}") from None
+        return cls(values)
+
+    @abstractmethod
+    def input_roles(self) -> tuple[Role, ...]:
+        """The core outputs this head reads (``from_core`` roles)."""
+
+    @abstractmethod
+    def bind(self, config: ModelConfig, names: Mapping[str, str | None]) -> None:
+        """Check the resolved tensors' dims (``ConfigError``) and learn what they say (class count...)."""
+
+    @property
+    @abstractmethod
+    def num_classes(self) -> int | None:
+        """Classes the outputs carry; None when they do not say (then the labels file does)."""
+
+    @abstractmethod
+    def detect(self, raw: Mapping[str, np.ndarray], settings: NmsSettings) -> TensorDetections:
+        """A batch of raw outputs (by role) -> detections in model-input pixels."""
+
+    def check(self, tensor_height: int, tensor_width: int) -> list[str]:
+        """Problems of this head with a model input of that size (the consistency check)."""
+        return []
+
+
+def tensor_dims(config: ModelConfig, name: str | None) -> list[int]:
+    for item in config.input:
+        if item.name == name:
+            return [int(d) for d in item.dims]
+    raise ConfigError(f"model '{config.name}': no input named '{name}'")
+
+
+def xywh_to_xyxy(boxes: FloatArray) -> FloatArray:
+    """Centre, width, height -> corners, in float32 as Ultralytics' ``xywh2xyxy`` (``xy -/+ wh / 2``)."""
+    xy, half = boxes[..., :2], boxes[..., 2:] / np.float32(2)
+    return np.concatenate([xy - half, xy + half], axis=-1).astype(np.float32)
+
+
+def _side_by_side(values: np.ndarray, images: IntArray, slot: IntArray, shape: tuple[int, int]) -> np.ndarray:
+    """Per-candidate ``values [M, ...]`` -> ``[count, width, ...]``: candidate i at ``(images[i], slot[i])``, zeros elsewhere."""
+    out = np.zeros((*shape, *values.shape[1:]), values.dtype)
+    out[images, slot] = values
+    return out
+
+
+def _iou_one_to_many(top: FloatArray, boxes: FloatArray, areas: FloatArray) -> FloatArray:
+    """IoU ``[N, M]`` of ``top [N, 4]`` with ``boxes [N, M, 4]``, in float32 as torchvision's ``nms`` (a
+    zero-area pair gives NaN, which suppresses nothing)."""
+    t = top[:, None, :]
+    width = np.clip(np.minimum(t[..., 2], boxes[..., 2]) - np.maximum(t[..., 0], boxes[..., 0]), 0, None)
+    height = np.clip(np.minimum(t[..., 3], boxes[..., 3]) - np.maximum(t[..., 1], boxes[..., 1]), 0, None)
+    inter = width * height
+    area_top = (t[..., 2] - t[..., 0]) * (t[..., 3] - t[..., 1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (inter / (area_top + areas - inter)).astype(np.float32)
+
+
+def hard_nms(
+    count: int, images: IntArray, boxes: FloatArray, scores: FloatArray, class_ids: IntArray, settings: NmsSettings
+) -> TensorDetections:
+    """The candidates of ``count`` images, those that passed the score filter, one row each: the image it
+    belongs to (``images [M]``, non-decreasing, candidates of one image in anchor order, as ``np.nonzero``
+    gives them), ``boxes [M, 4]`` (corners), ``scores [M]``, ``class_ids [M]`` -> the kept ones, best first
+    (see the module)."""
+    if not len(images):
+        return TensorDetections.empty(count)
+    # Each image's candidates side by side ([count, width], padded): the sort and NMS never see the other anchors.
+    per_image = np.bincount(images, minlength=count)
+    width = int(per_image.max())
+    slot = np.arange(len(images)) - np.concatenate([[0], np.cumsum(per_image)[:-1]])[images]
+    masked = np.full((count, width), -np.inf, np.float32)  # scores; -inf where an image has fewer candidates
+    masked[images, slot] = scores
+    m = min(width, MAX_NMS)
+    if m < width:  # the m best of each image, then sorted (stable: ties keep anchor order)
+        part = np.argpartition(-masked, m - 1, axis=1)[:, :m]
+        part.sort(axis=1)
+        order = np.take_along_axis(part, np.argsort(-np.take_along_axis(masked, part, axis=1), axis=1, kind="stable"), axis=1)
+    else:
+        order = np.argsort(-masked, axis=1, kind="stable")
+    alive = np.take_along_axis(masked, order, axis=1) > -np.inf
+    n = count
+    c_scores = np.take_along_axis(masked, order, axis=1)
+    c_scores[~alive] = 0
+    c_classes = np.take_along_axis(_side_by_side(np.asarray(class_ids, np.int32), images, slot, (n, width)), order, axis=1)
+    c_boxes = np.take_along_axis(_side_by_side(np.asarray(boxes, np.float32), images, slot, (n, width)), order[..., None], axis=1)
+    offset = np.float32(0) if settings.class_agnostic else c_classes.astype(np.float32) * np.float32(MAX_WH)
+    nms_boxes = (c_boxes + np.asarray(offset, dtype=np.float32)[..., None]).astype(np.float32)
+    areas = np.asarray((nms_boxes[..., 2] - nms_boxes[..., 0]) * (nms_boxes[..., 3] - nms_boxes[..., 1]), dtype=np.float32)
+    limit = min(settings.max_detections, m)
+    kept = np.zeros((n, limit), np.int64)
+    counts = np.zeros((n,), np.int32)
+    rows = np.arange(n)
+    thresholds = np.asarray(settings.iou_thresholds, dtype=np.float32)[:, None]
+    for _ in range(limit):
+        has = alive.any(axis=1)
+        if not has.any():
+            break
+        top = np.argmax(alive, axis=1)  # the first alive candidate: the best one left
+        kept[rows[has], counts[has]] = top[has]
+        counts += has
+        alive &= ~(_iou_one_to_many(nms_boxes[rows, top], nms_boxes, areas) > thresholds)
+        alive[rows, top] = False
+    k = int(counts.max())
+    kept = kept[:, :k]
+    padding = np.arange(k)[None, :] >= counts[:, None]
+    out_boxes = np.take_along_axis(c_boxes, kept[..., None], axis=1)
+    out_scores = np.take_along_axis(c_scores, kept, axis=1)
+    out_classes = np.take_along_axis(c_classes, kept, axis=1)
+    out_boxes[padding] = 0
+    out_scores[padding] = 0
+    out_classes[padding] = 0
+    return TensorDetections(out_boxes.astype(np.float32), out_scores.astype(np.float32), out_classes.astype(np.int32), counts)

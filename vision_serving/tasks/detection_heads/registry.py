@@ -1,0 +1,14 @@
+"""Every detection head, by the name a postprocess config's ``head`` parameter gives it."""
+
+from __future__ import annotations
+
+from . import end2end, mediapipe_ssd, yolo, yolo_v5
+from .base import Head
+
+HEADS: dict[str, type[Head]] = {head.name: head for head in (mediapipe_ssd.HEAD, yolo.HEAD, yolo_v5.HEAD, end2end.HEAD)}
+
+
+def head_class(name: str) -> type[Head]:
+    if name not in HEADS:
+        raise ValueError(f"head {name!r} is not one of {', '.join(sorted(HEADS))}")
+    return HEADS[name]

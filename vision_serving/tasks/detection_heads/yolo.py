@@ -1,0 +1,49 @@
+"""``yolo``: anchor-free YOLO outputs ``[N, 4 + C, A]``, as Ultralytics exports YOLOv5u, v8, 11 and 26.
+
+Per anchor: box centre x, y, width, height in model-input pixels, then C class scores (already
+sigmoid). Decoded as Ultralytics' ``non_max_suppression`` does it (``ultralytics/utils/nms.py``,
+single label per box): an anchor is a candidate when its best class score is greater than the
+score threshold; its class is that best class; boxes become corners; then class-aware (or
+agnostic) hard NMS (:func:`.base.hard_nms`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ...model_config import ConfigError, ModelConfig
+from ..base import Role
+from .base import Head, NmsSettings, TensorDetections, hard_nms, tensor_dims, xywh_to_xyxy
+
+
+class YoloHead(Head):
+    name = "yolo"
+    _classes = 0
+
+    def input_roles(self) -> tuple[Role, ...]:
+        return (Role("predictions", "FP32", (None, None), from_core=True),)
+
+    def bind(self, config: ModelConfig, names: Mapping[str, str | None]) -> None:
+        channels, anchors = tensor_dims(config, names["predictions"])
+        if channels < 5 or anchors < 1:
+            raise ConfigError(
+                f"model '{config.name}': head yolo reads [4 + classes, anchors] predictions; the input is [{channels}, {anchors}]"
+            )
+        self._classes = channels - 4
+
+    @property
+    def num_classes(self) -> int:
+        return self._classes
+
+    def detect(self, raw: Mapping[str, np.ndarray], settings: NmsSettings) -> TensorDetections:
+        predictions = np.asarray(raw["predictions"], dtype=np.float32)  # [N, 4 + C, A]
+        best = predictions[:, 4:, :].max(axis=1)  # [N, A]; a max over the strided class axis is cheap, its argmax is not
+        images, anchors = np.nonzero(best > settings.score_thresholds[:, None])
+        class_ids = predictions[images, 4:, anchors].argmax(axis=-1)  # the best class, found only where it can be kept
+        boxes = xywh_to_xyxy(predictions[images, :4, anchors])
+        return hard_nms(len(predictions), images, boxes, best[images, anchors], class_ids, settings)
+
+
+HEAD = YoloHead
