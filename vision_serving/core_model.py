@@ -10,7 +10,8 @@
   ``"fp32"``, ``"fp16"`` or ``"int8"``, or ``onnx_file``: a file name in the version folder.
 
 Both runtimes expose the same interface (``input_names``, ``output_names``, ``run(feeds) ->
-list`` in config order) and refuse at load time a model whose outputs do not match the config.
+list`` in config order) and refuse at load time a model whose outputs do not match the config;
+:func:`vision_serving.cpu_core.load` builds the one a config names.
 """
 
 from __future__ import annotations
@@ -105,14 +106,3 @@ def check_output_shapes(config: model_config.ModelConfig, run: Callable[[dict[st
             raise model_config.ConfigError(
                 f"{what} output '{item.name}' has shape {shape} per image; the config declares {list(item.dims)}"
             )
-
-
-def load(config: model_config.ModelConfig, version_dir: Path) -> Core:
-    """The core the config names, compiled and probed."""
-    if runtime(config) == "openvino":
-        from .openvino_core import OpenVinoCore
-
-        return OpenVinoCore(config, version_dir)
-    from .onnx_core import OnnxCore
-
-    return OnnxCore(config, version_dir)

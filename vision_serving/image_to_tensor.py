@@ -2,13 +2,12 @@
 
 The one implementation of the warp that MediaPipe's graphs use to prepare a
 model input, shared by the ``stretch`` and ``letterbox`` resize modes of
-:mod:`vision_serving.preprocessing` and by :func:`vision_serving.detection.letterbox_batch`:
+:mod:`vision_serving.preprocessing`:
 
 - ``stretch`` (``keep_aspect_ratio: false``): the region is the whole image;
 - ``letterbox`` (``keep_aspect_ratio: true``): the region is the image padded
-  along one axis to the tensor's aspect ratio, centred
-  (:func:`vision_serving.detection.letterbox_params`; the padding samples
-  outside the image, i.e. zero pixels).
+  along one axis to the tensor's aspect ratio, centred (:func:`letterbox_roi`;
+  the padding samples outside the image, i.e. zero pixels).
 
 ``mediapipe/calculators/tensor/image_to_tensor_converter_opencv.cc`` maps the
 region's corners (``cv::boxPoints`` of the rotated rect, float32: bottom-left,
@@ -74,3 +73,22 @@ def full_image_roi(image: np.ndarray) -> tuple[float, float, float, float]:
     """The whole image as the region: ``stretch`` (keep_aspect_ratio false)."""
     height, width = image.shape[:2]
     return 0.0, 0.0, float(width), float(height)
+
+
+def letterbox_roi(height: float, width: float, tensor_height: int, tensor_width: int) -> tuple[float, float, float, float]:
+    """The padded region (left, top, width, height) of a ``height x width`` image for a
+    ``tensor_height x tensor_width`` tensor, as MediaPipe computes it in float32
+    (``GetRoi`` + ``PadRoi`` with keep_aspect_ratio, image_to_tensor_utils.cc): centred on the
+    image, its size grown along one axis to the tensor's aspect ratio."""
+    h, w = np.float32(height), np.float32(width)
+    if not (h > 0 and w > 0 and tensor_height > 0 and tensor_width > 0):
+        raise ValueError(f"sizes must be positive, got image {height}x{width}, tensor {tensor_height}x{tensor_width}")
+    tensor_aspect = np.float32(tensor_height) / np.float32(tensor_width)
+    if tensor_aspect > h / w:  # pad vertically
+        roi_w, roi_h = w, np.float32(w * tensor_aspect)
+    else:
+        roi_w, roi_h = np.float32(h / tensor_aspect), h
+    # GetRoi centres the region on the image: centre = size / 2.
+    left = np.float32(np.float32(0.5) * w - np.float32(0.5) * roi_w)
+    top = np.float32(np.float32(0.5) * h - np.float32(0.5) * roi_h)
+    return float(left), float(top), float(roi_w), float(roi_h)

@@ -1,35 +1,46 @@
-"""Resize (center-crop, stretch or letterbox) and normalize decoded images into one model-input batch.
+"""Resize and normalize decoded images into one model-input batch, for any input height x width.
 
-Three resize modes, named by the preprocess config's ``resize`` parameter:
+Four resize modes, named by the preprocess config's ``resize`` parameter; the
+model input's height and width are the pixel output's dims:
 
 - ``center_crop``: scale the shorter side to ``resize_shorter_side``, then
-  center-crop the output size (ImageNet classifiers);
-- ``stretch``: map the whole image onto the output size, ignoring its aspect
+  center-crop height x width (ImageNet classifiers);
+- ``stretch``: map the whole image onto height x width, ignoring its aspect
   ratio, exactly as MediaPipe's ``ImageToTensorCalculator`` does with
-  ``keep_aspect_ratio: false`` (the selfie-segmentation graph; see
+  ``keep_aspect_ratio: false`` (the selfie-segmentation graphs; see
   :func:`stretch`);
-- ``letterbox``: map the whole image onto the output size keeping its aspect
+- ``letterbox``: map the whole image onto height x width keeping its aspect
   ratio, centred, with zero bars, exactly as ``ImageToTensorCalculator`` does
   with ``keep_aspect_ratio: true`` (the face-detection graph; see
-  :func:`letterbox`).
+  :func:`letterbox`);
+- ``yolo_letterbox``: Ultralytics' ``LetterBox`` (``ultralytics/data/augment.py``,
+  as its predictor applies it to a fixed-size model): scale by
+  ``r = min(H / h, W / w)`` to ``round(w r) x round(h r)`` with ``cv2.resize``
+  (linear), then pad to H x W with ``pad_value`` (114), the padding split as
+  ``round(d / 2 - 0.1)`` before and ``round(d / 2 + 0.1)`` after
+  (:func:`yolo_letterbox`).
 
-``stretch`` and ``letterbox`` are one warp of a region of interest
-(:mod:`vision_serving.image_to_tensor`) with different regions; for both, the
-postprocess model maps results back to the original image, whose size the
-preprocess model passes on.
+Every mode also gives each image's **tensor transform** (:func:`tensor_transforms`):
+``(scale_x, scale_y, offset_x, offset_y)`` with ``tensor = image * scale +
+offset``, in pixels; a postprocess model that maps results back to the photo
+(boxes) inverts it, so it never needs to know how the preprocessing resized.
 
-The parameters come from the preprocess model's ``config.pbtxt``
-(``PreprocessSpec.from_config``), so a model version carries its own
-preprocessing. ``center_crop`` downscales by more than ``resize_reducing_gap``
-(config parameter; 0 = off) are anti-aliased: area averaging to that many times
-the target first (:func:`reduce_for_resize`), so a photo's answer does not depend
-on its size or decode scale. ``stretch`` and ``letterbox`` stay MediaPipe's exact
-(aliasing) warp: they are gated against MediaPipe's own runtime.
-Resize-shorter-side + center-crop is ``cv2.resize`` followed by
-a crop when the resized image is at most ``MAX_RESIZE_AREA_RATIO`` times the
-crop (every photo-like aspect ratio): OpenCV's separable, vectorized resize is
-about 4x faster than a warp. A more elongated image is instead computed as a
-single affine warp that evaluates only the cropped output pixels, so it never
+Normalization is ``(pixel * scale - mean) / std`` per channel (config
+parameters ``scale``, default 1, ``mean`` and ``std``; float32, a division as torchvision and
+Ultralytics compute it), in ``NCHW`` or ``NHWC``
+layout and ``RGB`` or ``BGR`` channel order. The parameters come from the
+preprocess model's ``config.pbtxt`` (``PreprocessSpec.from_config``), so a model
+version carries its own preprocessing. ``center_crop`` downscales by more than
+``resize_reducing_gap`` (config parameter; 0 = off) are anti-aliased: area
+averaging to that many times the target first (:func:`reduce_for_resize`), so a
+photo's answer does not depend on its size or decode scale. ``stretch``,
+``letterbox`` and ``yolo_letterbox`` stay their references' exact (aliasing)
+resizes: they are gated against MediaPipe's and Ultralytics' own runtimes.
+Resize-shorter-side + center-crop is ``cv2.resize`` followed by a crop when the
+resized image is at most ``MAX_RESIZE_AREA_RATIO`` times the crop (every
+photo-like aspect ratio): OpenCV's separable, vectorized resize is about 4x
+faster than a warp. A more elongated image is instead computed as a single
+affine warp that evaluates only the cropped output pixels, so it never
 allocates its huge resized intermediate; the two paths agree up to OpenCV's
 fixed-point rounding (the warp's 1/32-pixel coordinate grid).
 
@@ -48,8 +59,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from . import detection, image_to_tensor, model_config
-from .image_codec import Decoded, ImageError, ImageLimits, MinimumSize, decode, decode_rgb
+from . import image_to_tensor, model_config
+from .image_codec import Decoded, ImageError, ImageLimits, MinimumSize, decode
 
 INTERPOLATIONS = {
     "bicubic": cv2.INTER_CUBIC,
@@ -58,10 +69,16 @@ INTERPOLATIONS = {
 }
 LAYOUTS = ("NCHW", "NHWC")
 COLOR_ORDERS = ("RGB", "BGR")
-RESIZE_MODES = ("center_crop", "stretch", "letterbox")
+RESIZE_MODES = ("center_crop", "stretch", "letterbox", "yolo_letterbox")
+# The modes that reproduce another runtime's resize exactly (decoded at full size, no anti-aliasing).
+EXACT_MODES = ("stretch", "letterbox", "yolo_letterbox")
+# Ultralytics' LetterBox padding_value.
+YOLO_PAD_VALUE = 114
 # Resize the whole image (then crop) up to this many times the crop's area;
 # beyond, warp only the crop (bounded cost and memory for elongated images).
 MAX_RESIZE_AREA_RATIO = 4.0
+# The tensor transform's length: scale_x, scale_y, offset_x, offset_y.
+TRANSFORM_SIZE = 4
 
 
 def set_threads(count: int) -> None:
@@ -71,7 +88,8 @@ def set_threads(count: int) -> None:
 
 @dataclass(frozen=True)
 class PreprocessSpec:
-    crop_size: int
+    height: int
+    width: int
     resize_shorter_side: int
     interpolation: str
     mean: tuple[float, float, float]
@@ -79,6 +97,10 @@ class PreprocessSpec:
     layout: str = "NCHW"
     color_order: str = "RGB"
     resize: str = "center_crop"
+    # Multiplies the pixel (0..255) before mean and std: 1/255 gives torchvision's ToTensor range.
+    scale: float = 1.0
+    # yolo_letterbox: the padding's pixel value (0..255, before normalization).
+    pad_value: int = YOLO_PAD_VALUE
     # center_crop: JPEGs decode at a DCT scale keeping the shorter side >= this x resize_shorter_side.
     decode_oversampling: float = 2.0
     # center_crop: a downscale by more than this factor first area-averages to this x the target
@@ -86,6 +108,8 @@ class PreprocessSpec:
     resize_reducing_gap: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.height < 1 or self.width < 1:
+            raise model_config.ConfigError(f"the model input must be at least 1x1, got {self.height}x{self.width}")
         if self.decode_oversampling != 0 and self.decode_oversampling < 1:
             raise model_config.ConfigError(f"decode_oversampling must be 0 (off) or >= 1, got {self.decode_oversampling}")
         if self.resize_reducing_gap != 0 and not self.resize_reducing_gap >= 1:
@@ -100,45 +124,89 @@ class PreprocessSpec:
             raise model_config.ConfigError(f"color_order {self.color_order!r} is not one of {COLOR_ORDERS}")
         if len(self.mean) != 3 or len(self.std) != 3:
             raise model_config.ConfigError("mean and std need three values, one per channel")
-        if any(value <= 0 for value in self.std):
+        if any(not value > 0 for value in self.std):
             raise model_config.ConfigError("std values must be positive")
+        if not (self.scale > 0 and math.isfinite(self.scale)):
+            raise model_config.ConfigError(f"scale must be a positive number, got {self.scale}")
+        if not 0 <= self.pad_value <= 255:
+            raise model_config.ConfigError(f"pad_value must be a pixel value in 0..255, got {self.pad_value}")
         if self.resize != "center_crop" and self.resize_reducing_gap != 0:
             raise model_config.ConfigError(
-                f"resize_reducing_gap applies to resize center_crop only (resize {self.resize!r} reproduces MediaPipe's warp): set it to 0 or remove it"
+                f"resize_reducing_gap applies to resize center_crop only (resize {self.resize!r} reproduces its reference's "
+                "exact resize): set it to 0 or remove it"
             )
-        if self.resize == "center_crop" and self.resize_shorter_side < self.crop_size:
-            raise model_config.ConfigError(f"resize_shorter_side {self.resize_shorter_side} is smaller than the crop {self.crop_size}")
+        if self.resize == "center_crop" and self.resize_shorter_side < max(self.height, self.width):
+            raise model_config.ConfigError(
+                f"resize_shorter_side {self.resize_shorter_side} is smaller than the crop {self.height}x{self.width}"
+            )
 
     @property
     def output_shape(self) -> tuple[int, int, int]:
         """Shape of one preprocessed image, without the batch dimension."""
         if self.layout == "NCHW":
-            return (3, self.crop_size, self.crop_size)
-        return (self.crop_size, self.crop_size, 3)
+            return (3, self.height, self.width)
+        return (self.height, self.width, 3)
 
     @classmethod
     def from_config(cls, config: model_config.ModelConfig) -> PreprocessSpec:
         layout = model_config.parameter(config, "layout")
-        pixels = model_config.tensors_by_role(config).output("FP32")
-        dims = list(model_config.tensor(config, pixels, "output").dims)
-        if len(dims) != 3:
-            raise model_config.ConfigError(f"model '{config.name}': output dims {dims} are not 3-D")
+        dims = list(model_config.tensor(config, pixels_output(config), "output").dims)
+        if layout not in LAYOUTS:
+            raise model_config.ConfigError(f"model '{config.name}': layout {layout!r} is not one of {LAYOUTS}")
         channels, height, width = dims if layout == "NCHW" else (dims[2], dims[0], dims[1])
-        if channels != 3 or height != width:
-            raise model_config.ConfigError(f"model '{config.name}': output dims {dims} are not a square 3-channel {layout} image")
+        if channels != 3 or height < 1 or width < 1:
+            raise model_config.ConfigError(
+                f"model '{config.name}': output dims {dims} are not a 3-channel {layout} image of a fixed height and width"
+            )
         resize = model_config.parameter(config, "resize", "center_crop")
         return cls(
-            crop_size=height,
+            height=height,
+            width=width,
             resize=resize,
-            resize_shorter_side=model_config.int_parameter(config, "resize_shorter_side") if resize == "center_crop" else height,
+            resize_shorter_side=model_config.int_parameter(config, "resize_shorter_side") if resize == "center_crop" else 0,
             interpolation=model_config.parameter(config, "interpolation"),
             mean=tuple(model_config.float_list_parameter(config, "mean")),  # type: ignore[arg-type]
             std=tuple(model_config.float_list_parameter(config, "std")),  # type: ignore[arg-type]
             layout=layout,
             color_order=model_config.parameter(config, "color_order"),
+            scale=model_config.float_parameter(config, "scale", 1.0),
+            pad_value=model_config.int_parameter(config, "pad_value", YOLO_PAD_VALUE),
             decode_oversampling=float(model_config.parameter(config, "decode_oversampling", "2")),
             resize_reducing_gap=model_config.float_parameter(config, "resize_reducing_gap", 0.0),
         )
+
+
+@dataclass(frozen=True)
+class PreprocessOutputs:
+    """A preprocess model's outputs, found by role: the FP32 image (3-D), and optionally the INT32 ``[2]``
+    original size (height, width) and the FP32 ``[4]`` tensor transform."""
+
+    pixels: str
+    image_size: str | None
+    transform: str | None
+
+    @classmethod
+    def from_config(cls, config: model_config.ModelConfig) -> PreprocessOutputs:
+        def named(datatype: int, rank: int | None = None, dims: list[int] | None = None) -> list[str]:
+            return [
+                item.name
+                for item in config.output
+                if item.data_type == datatype and (rank is None or len(item.dims) == rank) and (dims is None or list(item.dims) == dims)
+            ]
+
+        fp32, int32 = model_config.model_config_pb2.TYPE_FP32, model_config.model_config_pb2.TYPE_INT32
+        pixels, sizes, transforms = named(fp32, rank=3), named(int32, dims=[2]), named(fp32, dims=[TRANSFORM_SIZE])
+        if len(pixels) != 1 or len(sizes) > 1 or len(transforms) > 1 or len(config.output) != 1 + len(sizes) + len(transforms):
+            raise model_config.ConfigError(
+                f"model '{config.name}': expected one FP32 3-D image output, at most one INT32 [2] size output (height, width) "
+                f"and at most one FP32 [{TRANSFORM_SIZE}] tensor-transform output"
+            )
+        return cls(pixels[0], sizes[0] if sizes else None, transforms[0] if transforms else None)
+
+
+def pixels_output(config: model_config.ModelConfig) -> str:
+    """The preprocess model's image output (its one FP32 output of rank 3)."""
+    return PreprocessOutputs.from_config(config).pixels
 
 
 def limits_from_config(config: model_config.ModelConfig) -> ImageLimits:
@@ -181,8 +249,8 @@ def reduce_for_resize(image: np.ndarray, new_width: int, new_height: int, gap: f
     return cv2.resize(boxes, (crop_width // factor, crop_height // factor), interpolation=cv2.INTER_AREA)
 
 
-def _crop_origin(new_width: int, new_height: int, crop: int) -> tuple[int, int]:
-    return round((new_width - crop) / 2.0), round((new_height - crop) / 2.0)
+def _crop_origin(new_width: int, new_height: int, crop_width: int, crop_height: int) -> tuple[int, int]:
+    return round((new_width - crop_width) / 2.0), round((new_height - crop_height) / 2.0)
 
 
 def stretch(image: np.ndarray, width: int, height: int, interpolation: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -203,34 +271,61 @@ def letterbox(image: np.ndarray, width: int, height: int, interpolation: int, ou
     (CPU) does it with ``keep_aspect_ratio: true`` and ``BORDER_ZERO``.
 
     The region of interest is the image padded to the grid's aspect ratio, centred
-    (``GetRoi`` + ``PadRoi``: :func:`vision_serving.detection.letterbox_params`, which
-    the postprocessing also uses to map results back); the bars are zero pixels.
+    (``GetRoi`` + ``PadRoi``: :func:`vision_serving.image_to_tensor.letterbox_roi`); the bars
+    are zero pixels.
     """
-    roi = detection.letterbox_params([image.shape[0]], [image.shape[1]], (height, width)).roi(0)
+    roi = image_to_tensor.letterbox_roi(image.shape[0], image.shape[1], height, width)
     return image_to_tensor.warp_roi(image, roi, width, height, interpolation, out)
 
 
-_ROI_RESIZES = {"stretch": stretch, "letterbox": letterbox}
+@dataclass(frozen=True)
+class YoloLetterbox:
+    """Ultralytics' ``LetterBox.get_params`` for one image (center, no auto, scaleup): the resized size
+    and the padding before each side, in pixels."""
+
+    new_width: int
+    new_height: int
+    left: int
+    top: int
+
+    @classmethod
+    def of(cls, height: int, width: int, tensor_height: int, tensor_width: int) -> YoloLetterbox:
+        ratio = min(tensor_height / height, tensor_width / width)
+        new_width, new_height = max(round(width * ratio), 1), max(round(height * ratio), 1)
+        # dw /= 2; top = round(dh - 0.1), bottom = round(dh + 0.1): Python's round, half to even.
+        left = round((tensor_width - new_width) / 2 - 0.1)
+        top = round((tensor_height - new_height) / 2 - 0.1)
+        return cls(new_width, new_height, left, top)
 
 
-def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
-    """HxWx3 uint8 -> crop x crop x 3 uint8: resize shorter side, then center-crop (or stretch, or letterbox).
+def yolo_letterbox(
+    image: np.ndarray, width: int, height: int, interpolation: int, pad_value: int = YOLO_PAD_VALUE, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Ultralytics' ``LetterBox`` onto a width x height grid: ``cv2.resize`` (when the size changes) to
+    the rounded fit, then constant padding, split as :class:`YoloLetterbox` rounds it."""
+    geometry = YoloLetterbox.of(image.shape[0], image.shape[1], height, width)
+    if out is None:
+        out = np.empty((height, width, image.shape[2]), dtype=image.dtype)
+    out[...] = pad_value
+    region = out[geometry.top : geometry.top + geometry.new_height, geometry.left : geometry.left + geometry.new_width]
+    if (image.shape[1], image.shape[0]) == (geometry.new_width, geometry.new_height):
+        region[...] = image
+    else:
+        region[...] = cv2.resize(image, (geometry.new_width, geometry.new_height), interpolation=interpolation)
+    return out
 
-    ``out``, a C-contiguous crop x crop x 3 uint8 array, receives the result
-    (no intermediate copy on the warp path).
-    """
+
+def _center_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None) -> np.ndarray:
+    """Resize the shorter side, then center-crop (one affine warp of the crop for elongated images)."""
     height, width = image.shape[:2]
-    crop = spec.crop_size
-    if spec.resize in _ROI_RESIZES:
-        return _ROI_RESIZES[spec.resize](image, crop, crop, INTERPOLATIONS[spec.interpolation], out)
     new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
-    left, top = _crop_origin(new_width, new_height, crop)
+    left, top = _crop_origin(new_width, new_height, spec.width, spec.height)
     interpolation = INTERPOLATIONS[spec.interpolation]
     image = reduce_for_resize(image, new_width, new_height, spec.resize_reducing_gap)
     height, width = image.shape[:2]
-    if new_width * new_height <= MAX_RESIZE_AREA_RATIO * crop * crop:
+    if new_width * new_height <= MAX_RESIZE_AREA_RATIO * spec.width * spec.height:
         resized = cv2.resize(image, (new_width, new_height), interpolation=interpolation)
-        cropped = resized[top : top + crop, left : left + crop]
+        cropped = resized[top : top + spec.height, left : left + spec.width]
         if out is None:
             return np.ascontiguousarray(cropped)
         out[...] = cropped
@@ -249,7 +344,7 @@ def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | N
     warped = cv2.warpAffine(
         image,
         inverse_map,
-        (crop, crop),
+        (spec.width, spec.height),
         dst=out,
         flags=interpolation | cv2.WARP_INVERSE_MAP,
         borderMode=cv2.BORDER_REPLICATE,
@@ -260,53 +355,80 @@ def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | N
     return warped
 
 
+def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
+    """HxWx3 uint8 -> height x width x 3 uint8 as the spec's resize mode computes it.
+
+    ``out``, a C-contiguous height x width x 3 uint8 array, receives the result
+    (no intermediate copy on the warp paths).
+    """
+    interpolation = INTERPOLATIONS[spec.interpolation]
+    if spec.resize == "stretch":
+        return stretch(image, spec.width, spec.height, interpolation, out)
+    if spec.resize == "letterbox":
+        return letterbox(image, spec.width, spec.height, interpolation, out)
+    if spec.resize == "yolo_letterbox":
+        return yolo_letterbox(image, spec.width, spec.height, interpolation, spec.pad_value, out)
+    return _center_crop(image, spec, out)
+
+
+def tensor_transforms(sizes: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
+    """[N, 2] (height, width) of the photos -> [N, 4] float32 (scale_x, scale_y, offset_x, offset_y):
+    the map ``tensor = image * scale + offset`` (pixel edges, x right, y down) that the spec's resize
+    applied to each photo. A postprocess model maps tensor coordinates back with ``(t - offset) / scale``.
+
+    - ``center_crop``: the shorter-side scale, offset by the crop's origin (before anti-aliasing, which
+      keeps the geometry);
+    - ``stretch``: the corner-aligned warp, image [0, w] onto tensor [0, W];
+    - ``letterbox``: MediaPipe's padded region onto the tensor;
+    - ``yolo_letterbox``: Ultralytics' per-axis gains of the rounded resize and its padding
+      (``ultralytics.utils.ops.scale_boxes``).
+    """
+    sizes = np.asarray(sizes).reshape(-1, 2)
+    out = np.empty((len(sizes), TRANSFORM_SIZE), dtype=np.float64)
+    for row, (height, width) in enumerate(sizes.tolist()):
+        if spec.resize == "center_crop":
+            new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
+            left, top = _crop_origin(new_width, new_height, spec.width, spec.height)
+            out[row] = (new_width / width, new_height / height, -left, -top)
+        elif spec.resize == "stretch":
+            out[row] = (spec.width / width, spec.height / height, 0.0, 0.0)
+        elif spec.resize == "letterbox":
+            roi_left, roi_top, roi_width, roi_height = image_to_tensor.letterbox_roi(height, width, spec.height, spec.width)
+            scale_x, scale_y = spec.width / roi_width, spec.height / roi_height
+            out[row] = (scale_x, scale_y, -roi_left * scale_x, -roi_top * scale_y)
+        else:
+            geometry = YoloLetterbox.of(height, width, spec.height, spec.width)
+            out[row] = (geometry.new_width / width, geometry.new_height / height, geometry.left, geometry.top)
+    return out.astype(np.float32)
+
+
 def normalize_batch(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
-    """N x crop x crop x 3 uint8 RGB -> float32 batch in the configured layout and channel order."""
+    """N x height x width x 3 uint8 RGB -> float32 batch in the configured layout and channel order:
+    ``(pixel - mean / scale) / (std / scale)``, which is ``(pixel * scale - mean) / std``; with ``scale`` 1
+    exactly torchvision's ``Normalize`` and Ultralytics' ``/ 255`` in float32."""
     if spec.color_order == "BGR":
         crops = crops[..., ::-1]
-    mean = np.asarray(spec.mean, dtype=np.float32)
-    inverse_std = np.float32(1.0) / np.asarray(spec.std, dtype=np.float32)
+    scale = np.float64(spec.scale)
+    mean = (np.asarray(spec.mean, dtype=np.float64) / scale).astype(np.float32)
+    std = (np.asarray(spec.std, dtype=np.float64) / scale).astype(np.float32)
     if out is None:
         out = np.empty((len(crops), *spec.output_shape), dtype=np.float32)
     if spec.layout == "NCHW":
         for channel in range(3):
             np.subtract(crops[..., channel], mean[channel], out=out[:, channel], dtype=np.float32)
-            out[:, channel] *= inverse_std[channel]
+            out[:, channel] /= std[channel]
     else:
         np.subtract(crops, mean, out=out, dtype=np.float32)
-        out *= inverse_std
+        out /= std
     return out
 
 
 def preprocess_batch(images: Sequence[np.ndarray], spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
     """Decoded RGB uint8 images of any sizes -> one float32 model-input batch (written into ``out`` if given)."""
-    crop = spec.crop_size
-    crops = np.empty((len(images), crop, crop, 3), dtype=np.uint8)
+    crops = np.empty((len(images), spec.height, spec.width, 3), dtype=np.uint8)
     for index, image in enumerate(images):
         resize_and_crop(image, spec, out=crops[index])
     return normalize_batch(crops, spec, out=out)
-
-
-def image_sizes(images: Sequence[np.ndarray]) -> np.ndarray:
-    """[N, 2] int32 (height, width) of decoded images: what postprocessing maps results back to."""
-    return np.array([image.shape[:2] for image in images], dtype=np.int32).reshape(len(images), 2)
-
-
-def decode_payloads(payloads: np.ndarray, limits: ImageLimits) -> list[np.ndarray]:
-    """Decode one request's BYTES tensor ([batch, 1] of encoded images) into RGB arrays.
-
-    Raises ``ImageError`` naming the first bad item; a request is answered
-    whole, so one bad image fails only its own request.
-    """
-    items = payloads.reshape(-1)
-    images = []
-    for index, item in enumerate(items):
-        try:
-            images.append(decode_rgb(bytes(item), limits))
-        except ImageError as error:
-            where = f"image {index} of {len(items)}: " if len(items) > 1 else ""
-            raise ImageError(f"{where}{error}") from None
-    return images
 
 
 def decode_minimum(spec: PreprocessSpec) -> MinimumSize | None:
@@ -316,17 +438,23 @@ def decode_minimum(spec: PreprocessSpec) -> MinimumSize | None:
     (config parameter, default 2: web-size photos still decode at full size, so answers do not
     move; a 12 MP phone photo decodes at 1/4 scale, about 4x cheaper; 0 turns reduced decoding off).
 
-    None (full decode) for ``stretch`` and ``letterbox``: MediaPipe's corner-aligned warp is not
-    scale-invariant (a reduced decode shifts its samples by (s-1)/2 original pixels at scale 1/s)
-    and point-samples the full image; decoding reduced moved the person_segmenter's served masks
-    to mean IoU 0.888 against FP32 on the ladder's held-out images (gate 0.95)."""
+    None (full decode) for the exact modes (``stretch``, ``letterbox``, ``yolo_letterbox``): their
+    references resize the full image without anti-aliasing, which is not scale-invariant (MediaPipe's
+    corner-aligned warp shifts its samples by (s-1)/2 original pixels at scale 1/s); decoding reduced
+    moved the person_segmenter's served masks to mean IoU 0.888 against FP32 on the ladder's
+    held-out images (gate 0.95)."""
     if spec.resize == "center_crop" and spec.decode_oversampling > 0:
         return MinimumSize(shorter_side=math.ceil(spec.resize_shorter_side * spec.decode_oversampling))
     return None
 
 
-def decode_payloads_reduced(payloads: np.ndarray, limits: ImageLimits, minimum: MinimumSize | None) -> list[Decoded]:
-    """``decode_payloads`` at the size the resize needs: pixels and each photo's own size."""
+def decode_payloads(payloads: np.ndarray, limits: ImageLimits, minimum: MinimumSize | None = None) -> list[Decoded]:
+    """Decode one request's BYTES tensor ([batch, 1] of encoded images) at the size the resize needs:
+    pixels (RGB) and each photo's own size.
+
+    Raises ``ImageError`` naming the first bad item; a request is answered
+    whole, so one bad image fails only its own request.
+    """
     items = payloads.reshape(-1)
     decoded = []
     for index, item in enumerate(items):

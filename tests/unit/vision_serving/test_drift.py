@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from vision_serving import drift, model_config
+from vision_serving.tasks import registry
+
+CLASSIFICATION = registry.task("classification").drift_features
 
 RNG_SEED = 12
 
@@ -49,28 +52,6 @@ def test_thumbnail_does_not_depend_much_on_the_image_size():
     assert values["brightness"][0] == pytest.approx(values["brightness"][1], abs=0.01)
     assert values["saturation"][0] == pytest.approx(values["saturation"][1], abs=0.02)
     assert drift.thumbnail(photo).shape == (drift.THUMBNAIL_SIDE, drift.THUMBNAIL_SIDE, 3)
-
-
-def test_classification_features():
-    logits = np.array([[10.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
-    features = drift.classification_features(logits)
-    assert features.numeric["confidence"][0] > 0.99
-    assert features.numeric["confidence"][1] == pytest.approx(1 / 3)
-    assert features.numeric["entropy"][1] == pytest.approx(np.log(3))
-    assert features.numeric["entropy"][0] < 0.01
-    assert features.categorical["predicted_class"] == ["0", "0"]
-
-
-def test_segmentation_and_detection_features():
-    sure = np.zeros((1, 4, 4, 1), np.float32)
-    unsure = np.full((1, 4, 4, 1), 0.5, np.float32)
-    seg = drift.segmentation_features(np.concatenate([sure, unsure]), np.array([0.0, 0.3]))
-    assert seg.numeric["confidence"].tolist() == [1.0, 0.0]
-    assert seg.numeric["coverage"].tolist() == [0.0, 0.3]
-    det = drift.detection_features(np.array([[0.9, 0.7], [0.0, 0.0], [0.6, 0.0]]), np.array([2, 0, 1]))
-    assert det.numeric["faces"].tolist() == [2, 0, 1]
-    assert det.numeric["confidence"][0] == pytest.approx(0.8) and np.isnan(det.numeric["confidence"][1])
-    assert det.numeric["confidence"][2] == pytest.approx(0.6)
 
 
 def test_non_finite_rows_are_found():
@@ -255,9 +236,16 @@ def test_drift_features_default_to_all_and_select_known_names():
     blank = ',\n  { key: "drift_features", value: { string_value: "  " } }'
     assert drift.DriftSettings.from_config(config_with("p_preprocess", blank)).features is None
     chosen = ',\n  { key: "drift_features", value: { string_value: "brightness, format,sharpness" } }'
-    assert drift.DriftSettings.from_config(config_with("p_preprocess", chosen)).features == ("brightness", "format", "sharpness")
+    assert drift.DriftSettings.from_config(config_with("p_preprocess", chosen), drift.IMAGE_FEATURES).features == (
+        "brightness",
+        "format",
+        "sharpness",
+    )
     classifier = ',\n  { key: "labels_file", value: { string_value: "labels.txt" } },\n  { key: "drift_features", value: { string_value: "confidence,predicted_class" } }'
-    assert drift.DriftSettings.from_config(config_with("p_postprocess", classifier)).features == ("confidence", "predicted_class")
+    assert drift.DriftSettings.from_config(config_with("p_postprocess", classifier), CLASSIFICATION).features == (
+        "confidence",
+        "predicted_class",
+    )
 
 
 @pytest.mark.parametrize(
@@ -270,17 +258,17 @@ def test_drift_features_default_to_all_and_select_known_names():
     ],
 )
 def test_drift_features_unknown_to_the_model_are_a_config_error(name, extra, problem):
-    mask = ',\n  { key: "mask_mode", value: { string_value: "threshold" } }' if name.endswith("_postprocess") else ""
     selection = f',\n  {{ key: "drift_features", value: {{ string_value: "{extra}" }} }}'
+    known = registry.task("segmentation").drift_features if name.endswith("_postprocess") else drift.IMAGE_FEATURES
     with pytest.raises(model_config.ConfigError, match=f"model '{name}': drift_features.*{problem}"):
-        drift.DriftSettings.from_config(config_with(name, mask + selection))
+        drift.DriftSettings.from_config(config_with(name, selection), known)
 
 
-def test_model_kind_and_features():
-    assert drift.features_of(config_with("p_preprocess")) == drift.IMAGE_NUMERIC + drift.IMAGE_CATEGORICAL
-    detector = ',\n  { key: "num_coords", value: { string_value: "16" } }'
-    assert drift.model_kind(config_with("p_postprocess", detector)) == "detection"
-    assert drift.features_of(config_with("p_core")) is None
+def test_each_tasks_features_are_declared_by_its_module():
+    assert drift.IMAGE_FEATURES == drift.IMAGE_NUMERIC + drift.IMAGE_CATEGORICAL
+    assert registry.task("classification").drift_features == ("confidence", "entropy", "predicted_class")
+    assert registry.task("segmentation").drift_features == ("coverage", "confidence")
+    assert registry.task("detection").drift_features == ("detections", "confidence")
 
 
 def test_monitor_tests_and_exports_only_the_selected_features():

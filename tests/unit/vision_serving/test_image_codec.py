@@ -204,7 +204,8 @@ def test_reduced_decode_then_resize_stays_close_to_full_decode(jpeg_12mp, resize
     corner convention is not scale-invariant (a shift of (8-1)/2 = 3.5 original pixels at 1/8).
     """
     spec = PreprocessSpec(
-        crop_size=size,
+        height=size,
+        width=size,
         resize_shorter_side=256 if resize == "center_crop" else size,
         interpolation=interpolation,
         mean=(0.0, 0.0, 0.0),
@@ -224,18 +225,19 @@ def test_reduced_decode_then_resize_stays_close_to_full_decode(jpeg_12mp, resize
 
 
 def test_decode_minimum_from_the_spec():
-    crop = PreprocessSpec(224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+    crop = PreprocessSpec(224, 224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
     assert preprocessing.decode_minimum(crop) == MinimumSize(shorter_side=512)  # decode_oversampling 2 (the default)
-    exact = PreprocessSpec(224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), decode_oversampling=1.0)
+    exact = PreprocessSpec(224, 224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), decode_oversampling=1.0)
     assert preprocessing.decode_minimum(exact) == MinimumSize(shorter_side=256)
-    off = PreprocessSpec(224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), decode_oversampling=0.0)
+    off = PreprocessSpec(224, 224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), decode_oversampling=0.0)
     assert preprocessing.decode_minimum(off) is None
-    stretch = PreprocessSpec(256, 256, "bilinear", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), layout="NHWC", resize="stretch")
-    assert preprocessing.decode_minimum(stretch) is None  # MediaPipe's warp: full decode (see decode_minimum)
+    for mode in ("stretch", "letterbox", "yolo_letterbox"):  # MediaPipe's warps, Ultralytics' resize: full decode (see decode_minimum)
+        whole = PreprocessSpec(144, 256, 0, "bilinear", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), layout="NHWC", resize=mode)
+        assert preprocessing.decode_minimum(whole) is None
 
 
 def test_original_sizes_are_the_photos_not_the_reduced_decode(jpeg_12mp):
-    decoded = preprocessing.decode_payloads_reduced(np.array([[jpeg_12mp]], dtype=np.object_), WIDE_LIMITS, MinimumSize(shorter_side=256))
+    decoded = preprocessing.decode_payloads(np.array([[jpeg_12mp]], dtype=np.object_), WIDE_LIMITS, MinimumSize(shorter_side=256))
     assert decoded[0].image.shape[:2] == (375, 500)
     assert preprocessing.original_sizes(decoded).tolist() == [[3000, 4000]]
 

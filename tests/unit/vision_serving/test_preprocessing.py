@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vision_serving import detection, image_codec, image_to_tensor, layout, model_config, preprocessing
+from vision_serving import image_codec, image_to_tensor, layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
 PNG_PHOTOS = ["chelsea", "coffee", "camera", "astronaut"]
@@ -61,15 +61,15 @@ def reference_preprocess(data: bytes, spec: preprocessing.PreprocessSpec) -> np.
     rows, cols = cubic_weights(height, new_h), cubic_weights(width, new_w)
     resized = np.stack([rows @ image[..., c] @ cols.T for c in range(3)], axis=-1)
     resized = np.clip(np.rint(resized), 0, 255)
-    top, left = round((new_h - spec.crop_size) / 2), round((new_w - spec.crop_size) / 2)
-    crop = resized[top : top + spec.crop_size, left : left + spec.crop_size]
+    top, left = round((new_h - spec.height) / 2), round((new_w - spec.width) / 2)
+    crop = resized[top : top + spec.height, left : left + spec.width]
     normalized = (crop - np.array(spec.mean)) / np.array(spec.std)
     return normalized.transpose(2, 0, 1).astype(np.float32)
 
 
 def test_spec_is_read_from_the_config(spec):
     assert spec.resize == "center_crop"
-    assert spec.crop_size == 224 and spec.resize_shorter_side == 256
+    assert (spec.height, spec.width) == (224, 224) and spec.resize_shorter_side == 256 and spec.scale == 1.0
     assert spec.interpolation == "bicubic" and spec.layout == "NCHW" and spec.color_order == "RGB"
     assert spec.mean == (127.0, 127.0, 127.0) and spec.std == (128.0, 128.0, 128.0)
     assert spec.output_shape == (3, 224, 224)
@@ -141,7 +141,7 @@ def test_bad_parameters_are_config_errors(spec):
 def test_stretch_spec_is_read_from_the_segmenter_config():
     config = model_config.load_config(layout.pipeline("person_segmenter").model_dir("preprocess"))
     spec = preprocessing.PreprocessSpec.from_config(config)
-    assert spec.resize == "stretch" and spec.crop_size == 256 and spec.resize_shorter_side == 256
+    assert spec.resize == "stretch" and (spec.height, spec.width) == (256, 256)
     assert spec.interpolation == "bilinear" and spec.layout == "NHWC" and spec.color_order == "RGB"
     assert spec.mean == (0.0, 0.0, 0.0) and spec.std == (255.0, 255.0, 255.0)
     assert spec.output_shape == (256, 256, 3)
@@ -157,16 +157,16 @@ def test_stretch_scales_the_whole_image_ignoring_its_aspect_ratio(spec):
     image[:, 200:] = 255
     out = preprocessing.preprocess_batch([image], stretch)[0]
     assert out.shape == stretch.output_shape
-    half = stretch.crop_size // 2
+    half = stretch.width // 2
     np.testing.assert_allclose(out[:, :-1, :half], (0 - 127) / 128, atol=1e-6)
     np.testing.assert_allclose(out[:, :-1, half:-1], (255 - 127) / 128, atol=1e-6)
-    assert preprocessing.resize_and_crop(image, stretch).shape == (stretch.crop_size, stretch.crop_size, 3)
+    assert preprocessing.resize_and_crop(image, stretch).shape == (stretch.height, stretch.width, 3)
 
 
-def test_image_sizes_are_height_then_width():
-    images = [np.zeros((10, 20, 3), dtype=np.uint8), np.zeros((7, 3, 3), dtype=np.uint8)]
-    sizes = preprocessing.image_sizes(images)
-    assert sizes.dtype == np.int32 and sizes.tolist() == [[10, 20], [7, 3]]
+def test_original_sizes_are_height_then_width_of_the_photo_not_the_decode():
+    decoded = [image_codec.Decoded(np.zeros((10, 20, 3), dtype=np.uint8), 40, 80), image_codec.Decoded(np.zeros((7, 3, 3), np.uint8), 7, 3)]
+    sizes = preprocessing.original_sizes(decoded)
+    assert sizes.dtype == np.int32 and sizes.tolist() == [[40, 80], [7, 3]]
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +175,7 @@ def letterbox_spec():
 
 
 def test_letterbox_spec_is_read_from_the_detector_config(letterbox_spec):
-    assert letterbox_spec.resize == "letterbox" and letterbox_spec.crop_size == 128
+    assert letterbox_spec.resize == "letterbox" and (letterbox_spec.height, letterbox_spec.width) == (128, 128)
     assert letterbox_spec.interpolation == "bilinear" and letterbox_spec.layout == "NHWC" and letterbox_spec.color_order == "RGB"
     assert letterbox_spec.mean == (127.5, 127.5, 127.5) and letterbox_spec.std == (127.5, 127.5, 127.5)
 
@@ -186,25 +186,26 @@ def test_letterbox_keeps_the_aspect_ratio_with_zero_bars(spec):
         **{**spec.__dict__, "resize": "letterbox", "resize_reducing_gap": 0.0, "layout": "NHWC", "mean": (127.5,) * 3, "std": (127.5,) * 3}
     )
     out = preprocessing.preprocess_batch([np.full((100, 200, 3), 255, dtype=np.uint8)], letterbox)[0]
-    size = letterbox.crop_size
+    size = letterbox.height
     quarter = size // 4
     assert np.all(out[: quarter - 1] == -1.0) and np.all(out[-quarter + 1 :] == -1.0)
     np.testing.assert_allclose(out[quarter + 1 : -quarter - 1, :-1], 1.0, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["astronaut", "grace_hopper", "coffee", "camera"])
-def test_letterbox_is_the_detection_modules_imagetotensor_warp(name, photo_bytes, letterbox_spec, preprocess_config):
-    """The served letterbox warps exactly like vision_serving.detection.letterbox (MediaPipe's
-    ImageToTensorCalculator, parity-tested there); only the [-1, 1] scaling rounds differently:
-    (x - 127.5) / 127.5 in float32 against MediaPipe's fused x * (2/255) - 1, at most one ulp."""
+def test_letterbox_is_mediapipes_imagetotensor_warp(name, photo_bytes, letterbox_spec, preprocess_config):
+    """The served letterbox is MediaPipe's ImageToTensorCalculator: its padded region warped onto the
+    tensor; only the [-1, 1] scaling rounds differently: (x - 127.5) / 127.5 in float32 against
+    MediaPipe's fused cv::Mat::convertTo(x * (2/255) - 1), at most one ulp."""
     limits = preprocessing.limits_from_config(preprocess_config)
     image = decode_rgb(photo_bytes[name], limits)
-    size = letterbox_spec.crop_size
+    size = letterbox_spec.height
     served_pixels = preprocessing.resize_and_crop(image, letterbox_spec)
-    roi = detection.letterbox_params([image.shape[0]], [image.shape[1]], size).roi(0)
-    np.testing.assert_array_equal(served_pixels, image_to_tensor.warp_roi(image, roi, size, size))
-    served = preprocessing.preprocess_batch([image], letterbox_spec)
-    expected, _ = detection.letterbox(image, size)
+    roi = image_to_tensor.letterbox_roi(image.shape[0], image.shape[1], size, size)
+    warped = image_to_tensor.warp_roi(image, roi, size, size)
+    np.testing.assert_array_equal(served_pixels, warped)
+    served = preprocessing.preprocess_batch([image], letterbox_spec)[0]
+    expected = (warped * np.float64(np.float32(2 / 255)) + np.float64(-1.0)).astype(np.float32)
     assert np.abs(served - expected).max() <= np.spacing(np.float32(1.0))
 
 
@@ -293,3 +294,95 @@ def test_elongated_warp_path_reduces_like_the_resize_path(spec, monkeypatch):
     resized = preprocessing.resize_and_crop(image, spec)
     difference = np.abs(warped.astype(int) - resized.astype(int))
     assert difference.max() <= 3 and difference.mean() <= 0.25, (difference.max(), difference.mean())
+
+
+# --------------------------------------------------------------------------- any input shape, Ultralytics' letterbox, transforms
+
+
+def reference_yolo_letterbox(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Ultralytics' LetterBox (ultralytics/data/augment.py: center, scaleup, no auto), transcribed."""
+    shape = image.shape[:2]
+    r = min(height / shape[0], width / shape[1])
+    new_unpad = max(round(shape[1] * r), 1), max(round(shape[0] * r), 1)
+    dw, dh = (width - new_unpad[0]) / 2, (height - new_unpad[1]) / 2
+    if shape[::-1] != new_unpad:
+        image = cv2.resize(image, new_unpad, interpolation=cv2.INTER_LINEAR)
+    top, bottom = round(dh - 0.1), round(dh + 0.1)
+    left, right = round(dw - 0.1), round(dw + 0.1)
+    return cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(114, 114, 114))
+
+
+def yolo_spec(height: int, width: int) -> preprocessing.PreprocessSpec:
+    return preprocessing.PreprocessSpec(
+        height=height, width=width, resize_shorter_side=0, interpolation="bilinear", mean=(0.0,) * 3, std=(255.0,) * 3,
+        resize="yolo_letterbox",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("shape", "target"), [((499, 816), (320, 320)), ((480, 640), (384, 640)), ((97, 33), (128, 96)), ((128, 128), (128, 128))]
+)
+def test_yolo_letterbox_is_ultralytics_letterbox(shape, target):
+    image = np.random.default_rng(4).integers(0, 256, (*shape, 3), dtype=np.uint8)
+    spec = yolo_spec(*target)
+    np.testing.assert_array_equal(preprocessing.resize_and_crop(image, spec), reference_yolo_letterbox(image, *target))
+    np.testing.assert_array_equal(
+        preprocessing.preprocess_batch([image], spec)[0],
+        (reference_yolo_letterbox(image, *target) / 255.0).astype(np.float32).transpose(2, 0, 1),
+    )
+
+
+def test_scale_multiplies_before_mean_and_std():
+    image = np.random.default_rng(5).integers(0, 256, (50, 60, 3), dtype=np.uint8)
+    spec = dataclasses.replace(yolo_spec(32, 32), scale=1 / 255, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), resize="stretch")
+    crop = preprocessing.resize_and_crop(image, spec).astype(np.float64)
+    expected = ((crop / 255 - np.array(spec.mean)) / np.array(spec.std)).transpose(2, 0, 1)
+    np.testing.assert_allclose(preprocessing.preprocess_batch([image], spec)[0], expected, atol=1e-5)
+    with pytest.raises(model_config.ConfigError, match="scale must be a positive number"):
+        dataclasses.replace(spec, scale=0.0)
+
+
+@pytest.mark.parametrize("mode", ["stretch", "letterbox", "yolo_letterbox"])
+def test_non_square_inputs_for_every_whole_image_mode(mode):
+    image = np.zeros((300, 200, 3), dtype=np.uint8)
+    spec = dataclasses.replace(yolo_spec(144, 256), resize=mode)
+    assert preprocessing.preprocess_batch([image, image[:100]], spec).shape == (2, 3, 144, 256)
+    nhwc = dataclasses.replace(spec, layout="NHWC")
+    assert nhwc.output_shape == (144, 256, 3)
+
+
+def test_a_non_square_center_crop():
+    spec = preprocessing.PreprocessSpec(224, 160, 256, "bilinear", (0.0,) * 3, (1.0,) * 3)
+    image = np.random.default_rng(6).integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    crop = preprocessing.resize_and_crop(image, spec)
+    resized = cv2.resize(image, (341, 256), interpolation=cv2.INTER_LINEAR)
+    np.testing.assert_array_equal(crop, resized[16:240, 90:250])
+
+
+def _through(transform: np.ndarray, x: float, y: float) -> tuple[float, float]:
+    return float(x * transform[0] + transform[2]), float(y * transform[1] + transform[3])
+
+
+def test_tensor_transforms_map_the_photo_onto_the_model_input():
+    sizes = np.array([[480, 640], [200, 100]], np.int32)
+    yolo = preprocessing.tensor_transforms(sizes, yolo_spec(320, 320))
+    # 640 x 480 -> 320 x 240, 40 rows of padding on top: corner (0, 0) -> (0, 40), (640, 480) -> (320, 280)
+    assert _through(yolo[0], 0, 0) == (0.0, 40.0) and _through(yolo[0], 640, 480) == pytest.approx((320.0, 280.0))
+    mediapipe = preprocessing.tensor_transforms(sizes, dataclasses.replace(yolo_spec(128, 128), resize="letterbox"))
+    # MediaPipe's region is the image padded to a square, centred: 640 x 640 with 80 rows above
+    assert _through(mediapipe[0], 0, 0) == pytest.approx((0.0, 16.0)) and _through(mediapipe[0], 640, 480) == pytest.approx((128.0, 112.0))
+    stretch = preprocessing.tensor_transforms(sizes, dataclasses.replace(yolo_spec(144, 256), resize="stretch"))
+    assert _through(stretch[1], 100, 200) == pytest.approx((256.0, 144.0))
+    crop = preprocessing.tensor_transforms(sizes[:1], preprocessing.PreprocessSpec(224, 224, 256, "bilinear", (0.0,) * 3, (1.0,) * 3))
+    # 640 x 480 -> 341 x 256, crop origin (58, 16): the photo's centre maps to the crop's centre
+    assert _through(crop[0], 320, 240) == pytest.approx((112.5, 112.0), abs=0.5)
+
+
+def test_the_transform_output_is_found_by_role():
+    config = model_config.load_config(layout.pipeline("face_detector").model_dir("preprocess"))
+    outputs = preprocessing.PreprocessOutputs.from_config(config)
+    assert (outputs.pixels, outputs.image_size, outputs.transform) == ("PIXELS", "IMAGE_SIZE", "IMAGE_TRANSFORM")
+    classifier = preprocessing.PreprocessOutputs.from_config(
+        model_config.load_config(layout.pipeline("image_classifier").model_dir("preprocess"))
+    )
+    assert (classifier.image_size, classifier.transform) == (None, None)
