@@ -35,7 +35,9 @@ def common_options() -> argparse.ArgumentParser:
 
 
 def resolve_pipeline(args: argparse.Namespace) -> None:
-    """Set ``args.repository`` to the chosen pipeline's folder (its own Triton model repository)."""
+    """Set ``args.repository`` to the chosen pipeline's folder (its own Triton model repository) and
+    ``args.loaded`` to the pipeline loaded once (configs, task, recipe) for the steps that build it."""
+    args.loaded = None
     if args.step in ("all", "new-pipeline"):
         return
     if args.step == "check" and args.model is not None and not args.pipeline:
@@ -47,12 +49,16 @@ def resolve_pipeline(args: argparse.Namespace) -> None:
         return
     if args.pipeline:
         args.repository = layout.pipeline(args.pipeline, args.model_repository).repository
-        return
-    found = layout.pipelines(args.model_repository)
-    if len(found) != 1:
-        names = ", ".join(item.name for item in found) or "none"
-        raise BuildError(f"choose a pipeline with --pipeline NAME (pipelines: {names})")
-    args.repository = found[0].repository
+    else:
+        found = layout.pipelines(args.model_repository)
+        if len(found) != 1:
+            names = ", ".join(item.name for item in found) or "none"
+            raise BuildError(f"choose a pipeline with --pipeline NAME (pipelines: {names})")
+        args.repository = found[0].repository
+    if args.step not in ("build-engine", "verify-plan"):  # those read the configs alone (the serving image runs verify-plan)
+        from builders import loaded
+
+        args.loaded = loaded.load(args.repository)
 
 
 def chosen_repositories(args: argparse.Namespace) -> list[Path]:

@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from builders import CheckFailed, Log, stderr_logger
+from builders import CheckFailed, Log, loaded, stderr_logger
+from builders.loaded import LoadedPipeline
 from vision_serving import layout
 from vision_serving.layout import Pipeline
 
@@ -33,25 +34,25 @@ def check_step(path: Path, log: Log) -> None:
     log(f"check {path.name}: nothing blocks a TensorRT build")
 
 
-def steps(pipeline: Pipeline, force: bool) -> list[tuple[str, Callable[[Log], object]]]:
+def steps(pipeline: LoadedPipeline, force: bool) -> list[tuple[str, Callable[[Log], object]]]:
     """The named steps of one pipeline, as calls with typed options."""
     from builders import drift_reference, export, precision
 
     def reference(log: Log) -> None:
         try:
-            drift_reference.build(pipeline.repository, force=force, log=log)
+            drift_reference.build(pipeline, force=force, log=log)
         except drift_reference.StaleUserReference as error:  # the user's data: kept, never rebuilt from test photos
             log(f"warning: {error}")
 
     def check_served(log: Log) -> None:
-        served = precision.served_onnx(pipeline)
-        if served is not None and served != pipeline.onnx("fp32"):
+        served = pipeline.layout.served_onnx()
+        if served is not None and served != pipeline.layout.onnx("fp32"):
             check_step(served, log)
 
     return [
-        ("export", lambda log: export.export(pipeline.repository, force=force, log=log)),
-        ("check", lambda log: check_step(pipeline.onnx("fp32"), log)),
-        ("select-precision", lambda log: precision.select_precision(pipeline.repository, log=log)),
+        ("export", lambda log: export.export(pipeline, force=force, log=log)),
+        ("check", lambda log: check_step(pipeline.layout.onnx("fp32"), log)),
+        ("select-precision", lambda log: precision.select_precision(pipeline, log=log)),
         ("check-served", check_served),
         ("drift-reference", reference),
     ]
@@ -59,7 +60,8 @@ def steps(pipeline: Pipeline, force: bool) -> list[tuple[str, Callable[[Log], ob
 
 def run_all(pipelines: list[Pipeline], force: bool = False, log: Log = log_to_stderr) -> int:
     started = time.perf_counter()
-    for pipeline in pipelines:
+    for folder in pipelines:
+        pipeline = loaded.load(folder)
         plan = steps(pipeline, force)
         for position, (name, call) in enumerate(plan, 1):
             prefix = f"[{pipeline.name} {position}/{len(plan)}] {name}"

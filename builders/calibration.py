@@ -14,9 +14,9 @@ photos, applied to the decoded image *before* the served preprocessing:
 random crops and scales, flips, small rotations, brightness / contrast /
 colour jitter, blur and noise, then a JPEG (or PNG) re-encode at a varied
 quality, so every sample goes through the served decoder
-(``vision_serving.image_codec.decode``, at the size the served preprocessing decodes) and the served resize / crop /
-normalize (``vision_serving.preprocessing.preprocess_batch``) with the spec and
-limits read from ``preprocess/config.pbtxt``. Calibration and evaluation use
+(at the size the served preprocessing decodes) and the served resize / crop /
+normalize: :class:`vision_serving.served.ServedPipeline`, with the spec and
+limits of ``preprocess/config.pbtxt``. Calibration and evaluation use
 different transform profiles and seeds. Sample ``i`` depends only on
 ``(seed, i)`` and its source photo, so the same seed gives the same bytes
 (and the same sha256) on the same library versions.
@@ -35,13 +35,14 @@ import cv2
 import numpy as np
 
 from builders import BuildError, photos
-from vision_serving import image_codec, model_config, preprocessing
-from vision_serving.layout import Pipeline
+from builders.loaded import LoadedPipeline
+from vision_serving import image_codec, preprocessing
+from vision_serving.served import ServedInputs
 
 # Bump when the augmentation code changes what it produces (part of the recipe hash).
 AUGMENTATION_VERSION = 1
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 # Fewer distinct calibration photos than this makes activation ranges meaningless.
 MIN_CALIBRATION_PHOTOS = 4
 
@@ -144,19 +145,11 @@ def check_disjoint(calibration: Iterable[str], evaluation: Iterable[str]) -> Non
         raise CalibrationError(f"calibration and evaluation photos overlap: {', '.join(overlap)}")
 
 
-def photo_split(repository: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def photo_split(pipeline: LoadedPipeline) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(calibration, evaluation) photo names from the pipeline's recipe."""
-    from builders import recipe
-
-    quantize = recipe.load(Pipeline.at(repository)).quantize
+    quantize = pipeline.recipe.quantize
     check_disjoint(quantize.calibration_photos, quantize.evaluation_photos)
     return quantize.calibration_photos, quantize.evaluation_photos
-
-
-def served_preprocessing(repository: Path) -> tuple[preprocessing.PreprocessSpec, image_codec.ImageLimits]:
-    """The spec and limits the served preprocess model uses (its config.pbtxt)."""
-    config = model_config.load_config(Pipeline.at(repository).model_dir("preprocess"))
-    return preprocessing.PreprocessSpec.from_config(config), preprocessing.limits_from_config(config)
 
 
 def package_sources(names: Sequence[str]) -> list[Source]:
@@ -165,34 +158,68 @@ def package_sources(names: Sequence[str]) -> list[Source]:
     return [Source(name, photos.photo_bytes(name)) for name in names if name in available]
 
 
-def calibration_sources(repository: Path, calibration_dir: Path | None = None) -> list[Source]:
-    """Package calibration photos, or every JPEG/PNG in ``calibration_dir`` (sorted by name).
+def _folder(pipeline: LoadedPipeline, given: str | Path | None) -> Path | None:
+    """A recipe folder (relative to the pipeline folder) or a command-line one; None for the package photos."""
+    if not given:
+        return None
+    path = Path(given)
+    return path if path.is_absolute() else (pipeline.layout.repository / path).resolve()
 
-    A user's image that is byte-identical to an evaluation photo is an error:
-    calibrating on the held-out set would make the gate meaningless.
+
+def folder_sources(directory: Path, what: str) -> list[Source]:
+    """Every JPEG/PNG/WebP under ``directory`` (recursive, sorted by name)."""
+    if not directory.is_dir():
+        raise CalibrationError(f"{what} {directory}: not a directory")
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    return [Source(p.relative_to(directory).as_posix(), p.read_bytes()) for p in files]
+
+
+def calibration_sources(pipeline: LoadedPipeline, calibration_dir: Path | None = None) -> list[Source]:
+    """The calibration images: ``calibration_dir`` (the command line's), else the recipe's
+    ``[quantize] calibration_dir``, else its package ``calibration_photos``.
+
+    An image byte-identical to a held-out one is an error: calibrating on the held-out set would
+    make the gate meaningless.
     """
-    calibration_photos, evaluation_photos = photo_split(repository)
-    if calibration_dir is None:
-        sources = package_sources(calibration_photos)
+    directory = Path(calibration_dir) if calibration_dir else _folder(pipeline, pipeline.recipe.quantize.calibration_dir)
+    if directory is None:
+        sources = package_sources(photo_split(pipeline)[0])
         where = "package calibration photos"
     else:
-        directory = Path(calibration_dir)
-        if not directory.is_dir():
-            raise CalibrationError(f"--calibration-dir {directory}: not a directory")
-        files = sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-        sources = [Source(p.relative_to(directory).as_posix(), p.read_bytes()) for p in files]
-        held_out = {source.sha256: source.name for source in package_sources(evaluation_photos)}
-        leaked = [f"{s.name} (= evaluation photo {held_out[s.sha256]})" for s in sources if s.sha256 in held_out]
+        sources = folder_sources(directory, "calibration folder")
+        held_out = {source.sha256: source.name for source in evaluation_sources(pipeline)}
+        leaked = [f"{s.name} (= held-out image {held_out[s.sha256]})" for s in sources if s.sha256 in held_out]
         if leaked:
-            raise CalibrationError(f"{directory}: held-out evaluation photos must not be calibrated on: {', '.join(leaked)}")
-        where = f"JPEG/PNG images in {directory}"
+            raise CalibrationError(f"{directory}: held-out evaluation images must not be calibrated on: {', '.join(leaked)}")
+        where = f"images in {directory}"
     if len(sources) < MIN_CALIBRATION_PHOTOS:
         raise CalibrationError(f"found {len(sources)} {where}; calibration needs at least {MIN_CALIBRATION_PHOTOS}")
     return sources
 
 
-def evaluation_sources(repository: Path) -> list[Source]:
-    sources = package_sources(photo_split(repository)[1])
+# The precision gate and the drift reference: each package photo and this many seeded augmentations of it;
+# a folder of your own images: its images, plus augmentations up to HELD_OUT_IMAGES when it has fewer.
+AUGMENTED_PER_PHOTO = 24
+HELD_OUT_IMAGES = 250
+
+
+def held_out_count(pipeline: LoadedPipeline, sources: Sequence[Source]) -> int:
+    """How many held-out images the gate measures (originals first, then augmentations)."""
+    if pipeline.recipe.quantize.evaluation_dir:
+        return max(len(sources), HELD_OUT_IMAGES)
+    return len(sources) * (1 + AUGMENTED_PER_PHOTO)
+
+
+def evaluation_sources(pipeline: LoadedPipeline) -> list[Source]:
+    """The precision gate's held-out images: the recipe's ``[quantize] evaluation_dir``, else its package
+    ``evaluation_photos``."""
+    directory = _folder(pipeline, pipeline.recipe.quantize.evaluation_dir)
+    if directory is not None:
+        sources = folder_sources(directory, "evaluation folder")
+        if not sources:
+            raise CalibrationError(f"evaluation folder {directory}: no JPEG, PNG or WebP images")
+        return sources
+    sources = package_sources(photo_split(pipeline)[1])
     if not sources:
         raise CalibrationError("none of the held-out evaluation photos is installed (scikit-image's skimage/data/)")
     return sources
@@ -345,23 +372,23 @@ def make_samples(
     return samples
 
 
-def preprocess_samples(
-    samples: Sequence[Sample],
-    spec: preprocessing.PreprocessSpec,
-    limits: image_codec.ImageLimits,
-    chunk: int = 64,
-) -> np.ndarray:
-    """The served decode + preprocess of every sample -> one float32 batch."""
-    batch = np.empty((len(samples), *spec.output_shape), dtype=np.float32)
+def decode_samples(samples: Sequence[Sample], served: ServedInputs) -> list[image_codec.Decoded]:
+    """Every sample through the served decoder (at the size the served preprocessing decodes)."""
+    try:
+        return [served.decode(sample.data) for sample in samples]
+    except image_codec.ImageError as error:
+        raise CalibrationError(f"an augmented image was rejected by the served decoder: {error}") from None
+
+
+def core_inputs(samples: Sequence[Sample], served: ServedInputs, chunk: int = 64) -> np.ndarray:
+    """The served decode + preprocessing of every sample -> the core's input batch, as the ensemble feeds it."""
+    parts = []
     for start in range(0, len(samples), chunk):
-        part = samples[start : start + chunk]
-        try:
-            minimum = preprocessing.decode_minimum(spec)  # the served decode: reduced where serving reduces
-            images = [image_codec.decode(sample.data, limits, minimum).image for sample in part]
-        except image_codec.ImageError as error:
-            raise CalibrationError(f"an augmented image was rejected by the served decoder: {error}") from None
-        batch[start : start + len(part)] = preprocessing.preprocess_batch(images, spec)
-    return batch
+        feeds = served.core_feeds(served.preprocessed(decode_samples(samples[start : start + chunk], served)))
+        if len(feeds) != 1:
+            raise CalibrationError(f"the core takes {len(feeds)} inputs ({', '.join(feeds)}); calibration feeds one")
+        parts.append(next(iter(feeds.values())))
+    return np.concatenate(parts)
 
 
 def recipe(sources: Sequence[Source], count: int, seed: int, profile: AugmentProfile, spec: preprocessing.PreprocessSpec) -> dict[str, Any]:

@@ -27,25 +27,31 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from builders import BuildError, Log, provenance, stderr_logger
-from builders import recipe as recipes
+from builders import BuildError, Log, calibration, provenance, stderr_logger
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
-from vision_serving import core_model, drift, image_codec, layout, model_config, preprocessing, segmentation
-from vision_serving.layout import Pipeline
+from builders.loaded import LoadedPipeline
+from vision_serving import core_model, drift, image_codec, layout, model_config
+from vision_serving.served import SERVED_CORE_CONFIG, ServedPipeline
 
 log_to_stderr = stderr_logger("drift-reference")
 STEP = "drift-reference"
 # The core config whose runtime and ONNX the reference is computed with: the CPU default.
-CORE_CONFIG = "cpu"
+CORE_CONFIG = SERVED_CORE_CONFIG
 CHUNK = 8
-CODE_FILES = ("vision_serving/drift.py", "vision_serving/preprocessing.py", "vision_serving/image_codec.py")
+CODE_FILES = (
+    "vision_serving/drift.py",
+    "vision_serving/preprocessing.py",
+    "vision_serving/image_codec.py",
+    "vision_serving/served.py",
+    "vision_serving/tasks/base.py",
+)
 PACKAGES = ("numpy", "opencv-python-headless", "onnxruntime", "simplejpeg", "scipy")
 
 # What a reference was built from (provenance inputs["reference"]["source"]).
@@ -53,8 +59,6 @@ HELD_OUT = "held-out"
 USER_PHOTOS = "photos"
 # --limit's random choice of files (fixed: the same folder and limit give the same set).
 LIMIT_SEED = 20251130
-
-OutputFeatures = Callable[[list[np.ndarray], np.ndarray], drift.Features]
 
 
 class StaleUserReference(BuildError):
@@ -100,30 +104,6 @@ def photo_set(directory: Path | str, limit: int | None = None) -> PhotoSet:
     return PhotoSet(directory, tuple(files), found, limit, digest.hexdigest())
 
 
-def output_features(pipeline: Pipeline, task: str) -> OutputFeatures:
-    """The postprocess model's features from the core's outputs and the images' sizes, computed as it serves them."""
-    config = model_config.load_config(pipeline.model_dir("postprocess"))
-    if task == "classification":
-        return lambda outputs, sizes: drift.classification_features(outputs[0])
-    if task == "segmentation":
-        spec = segmentation.MaskSpec(model_config.parameter(config, "mask_mode"), float(model_config.parameter(config, "threshold")))
-
-        def segmented(outputs: list[np.ndarray], sizes: np.ndarray) -> drift.Features:
-            masks = segmentation.masks(outputs[0], sizes, spec)
-            return drift.segmentation_features(outputs[0], [mask.coverage for mask in masks])
-
-        return segmented
-    if task == "detection":
-        from builders import precision
-
-        def detected(outputs: list[np.ndarray], sizes: np.ndarray) -> drift.Features:
-            found = precision.served_detections(pipeline, outputs, sizes)
-            return drift.detection_features(found.scores, found.counts)
-
-        return detected
-    raise BuildError(f"{pipeline.recipe}: no drift features for task {task!r}")
-
-
 def _config_digest(model_dir: Path, config_name: str | None) -> str:
     """The config's sha256 without its drift_* parameters (window, selection... do not change the reference)."""
     config = model_config.load_config(model_dir, config_name)
@@ -132,21 +112,22 @@ def _config_digest(model_dir: Path, config_name: str | None) -> str:
     return hashlib.sha256(model_config.to_json(config).encode()).hexdigest()
 
 
-def _model_inputs(pipeline: Pipeline, task: str, onnx: Path) -> dict[str, Any]:
+def _model_inputs(pipeline: LoadedPipeline, onnx: Path) -> dict[str, Any]:
     """What a reference's values are a function of, besides the images: a change means a new served model."""
     root = layout.REPOSITORY_ROOT
+    task_module = f"vision_serving/tasks/{pipeline.task.name}.py"
     return {
-        "task": task,
+        "task": pipeline.task.name,
         "onnx": {"file": onnx.name, "sha256": sha256_file(onnx)},
-        "configs": {role: _config_digest(pipeline.model_dir(role), CORE_CONFIG if role == "core" else None) for role in layout.ROLES},
-        "code": {name: sha256_file(root / name) for name in CODE_FILES},
+        "configs": {
+            role: _config_digest(pipeline.layout.model_dir(role), CORE_CONFIG if role == "core" else None) for role in layout.ROLES
+        },
+        "code": {name: sha256_file(root / name) for name in (*CODE_FILES, task_module) if (root / name).is_file()},
         "packages": package_versions(PACKAGES),
     }
 
 
 def _held_out_inputs(sources: Sequence[Any], count: int) -> dict[str, Any]:
-    from builders import calibration
-
     return {
         "source": HELD_OUT,
         "photos": [{"name": source.name, "sha256": source.sha256} for source in sources],
@@ -165,35 +146,24 @@ class ServedRun:
     refused: list[tuple[str, str]]  # (name, reason)
 
 
-def _run_served_path(
-    pipeline: Pipeline, task: str, core_config: Any, version_dir: Path, items: Iterable[tuple[str, bytes]], total: int
-) -> ServedRun:
+def _run_served_path(pipeline: LoadedPipeline, served: ServedPipeline, items: Iterable[tuple[str, bytes]], total: int) -> ServedRun:
     """Decode, preprocess, run the core and postprocess ``items`` (name, encoded bytes) in batches of CHUNK, as served."""
     from tqdm import tqdm
 
-    from builders import calibration
-
-    spec, limits = calibration.served_preprocessing(pipeline.repository)
-    core = core_model.load(core_config, version_dir)
-    features_of_outputs = output_features(pipeline, task)
-    minimum = preprocessing.decode_minimum(spec)
     image_batches: list[drift.Features] = []
     output_batches: list[drift.Features] = []
     refused: list[tuple[str, str]] = []
     images = 0
 
     def run_batch(payloads: list[bytes], decoded: list[image_codec.Decoded]) -> None:
-        pixels = [item.image for item in decoded]
-        sizes = preprocessing.original_sizes(decoded)
-        batch = preprocessing.preprocess_batch(pixels, spec)
-        image_batches.append(drift.image_features(pixels, sizes, *drift.payload_facts(payloads)))
-        output_batches.append(features_of_outputs(core.run({core.input_names[0]: batch}), sizes))
+        image_batches.append(served.image_features(payloads, decoded))
+        output_batches.append(served.run_decoded(decoded).features())
 
     payloads: list[bytes] = []
     decoded: list[image_codec.Decoded] = []
     for name, data in tqdm(items, total=total, desc=f"{pipeline.name} drift reference", unit="image", file=sys.stderr):
         try:
-            decoded.append(image_codec.decode(data, limits, minimum))
+            decoded.append(served.decode(data))
         except image_codec.ImageError as error:
             refused.append((name, str(error)))
             continue
@@ -205,8 +175,8 @@ def _run_served_path(
     if payloads:
         run_batch(payloads, decoded)
     references = {
-        pipeline.model_name("preprocess"): drift.Reference.from_features(image_batches),
-        pipeline.model_name("postprocess"): drift.Reference.from_features(output_batches),
+        pipeline.layout.model_name("preprocess"): drift.Reference.from_features(image_batches),
+        pipeline.layout.model_name("postprocess"): drift.Reference.from_features(output_batches),
     }
     return ServedRun(references, images, refused)
 
@@ -220,15 +190,16 @@ def _read_files(photos: PhotoSet, unreadable: list[tuple[str, str]]) -> Iterator
             unreadable.append((name, f"unreadable: {error.strerror or error}"))
 
 
-def minimum_photos(pipeline: Pipeline) -> int:
+def minimum_photos(pipeline: LoadedPipeline) -> int:
     """Usable photos a user reference needs: the larger drift_min_samples of the two drift models."""
+    configs = pipeline.configs
     return max(
-        drift.DriftSettings.from_config(model_config.load_config(pipeline.model_dir(role))).min_samples
-        for role in ("preprocess", "postprocess")
+        drift.DriftSettings.from_config(configs.preprocess, drift.IMAGE_FEATURES).min_samples,
+        drift.DriftSettings.from_config(configs.postprocess, pipeline.task.drift_features).min_samples,
     )
 
 
-def _kept_user_reference(pipeline: Pipeline, output: Path, model_inputs: dict[str, Any], log: Log) -> bool:
+def _kept_user_reference(pipeline: LoadedPipeline, output: Path, model_inputs: dict[str, Any], log: Log) -> bool:
     """True when ``output`` is a reference built from the user's photos and still matches the model
     (it is kept); raises StaleUserReference when it no longer does; False when it is not the user's."""
     record = provenance.read_for(output) if output.is_file() else None
@@ -249,35 +220,31 @@ def _kept_user_reference(pipeline: Pipeline, output: Path, model_inputs: dict[st
 
 
 def build(
-    repository: Path | str, force: bool = False, log: Log = log_to_stderr, photos: Path | str | None = None, limit: int | None = None
+    pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stderr, photos: Path | str | None = None, limit: int | None = None
 ) -> Path:
     """Write (or keep, when up to date) the pipeline's drift reference; returns its path.
 
     ``photos``: build it from the user's photos in that folder (``limit``: at most that many files).
     Without it, a reference built from the user's photos is kept (StaleUserReference when the model changed)."""
-    from builders import calibration, precision
-
-    pipeline = Pipeline.at(repository)
-    task = recipes.load(pipeline).task
-    core_config = model_config.load_config(pipeline.core_dir, CORE_CONFIG)
-    version_dir = drift.served_version_dir(pipeline.core_dir)
+    core_dir = pipeline.layout.core_dir
+    core_config = pipeline.configs.core_variant(CORE_CONFIG)
+    version_dir = drift.served_version_dir(core_dir)
     if version_dir is None:
-        raise BuildError(f"{pipeline.core_dir}: no version folder; run `python -m builders export --pipeline {pipeline.name}` first")
+        raise BuildError(f"{core_dir}: no version folder; run `python -m builders export --pipeline {pipeline.name}` first")
     onnx = core_model.onnx_path(core_config, version_dir)
     if not onnx.is_file():
         raise BuildError(f"{onnx} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
     if limit is not None and photos is None:
         raise BuildError("--limit needs --photos")
-    preprocess_config = model_config.load_config(pipeline.model_dir("preprocess"))
-    filename = drift.DriftSettings.from_config(preprocess_config).reference
+    filename = drift.DriftSettings.from_config(pipeline.configs.preprocess, drift.IMAGE_FEATURES).reference
     output = layout.drift_reference_path(version_dir, filename)
-    model_inputs = _model_inputs(pipeline, task, onnx)
+    model_inputs = _model_inputs(pipeline, onnx)
 
     if photos is None:
         if _kept_user_reference(pipeline, output, model_inputs, log):
             return output
-        sources = calibration.evaluation_sources(pipeline.repository)
-        count = len(sources) * (1 + precision.AUGMENTED_PER_PHOTO)
+        sources = calibration.evaluation_sources(pipeline)
+        count = calibration.held_out_count(pipeline, sources)
         inputs = {"model": model_inputs, "reference": _held_out_inputs(sources, count)}
     else:
         chosen = photo_set(photos, limit)
@@ -292,10 +259,10 @@ def build(
         log(f"{output} is up to date")
         return output
 
+    served = pipeline.served(CORE_CONFIG, version_dir=version_dir)
     if photos is None:
-        _, limits = calibration.served_preprocessing(pipeline.repository)
-        samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, limits)
-        run = _run_served_path(pipeline, task, core_config, version_dir, ((sample.source, sample.data) for sample in samples), len(samples))
+        samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, served.limits)
+        run = _run_served_path(pipeline, served, ((sample.source, sample.data) for sample in samples), len(samples))
         if run.refused:
             name, reason = run.refused[0]
             raise BuildError(f"a held-out image ({name}) was rejected by the served decoder: {reason}")
@@ -304,7 +271,7 @@ def build(
         extra: dict[str, Any] = {}
     else:
         unreadable: list[tuple[str, str]] = []
-        run = _run_served_path(pipeline, task, core_config, version_dir, _read_files(chosen, unreadable), len(chosen.files))
+        run = _run_served_path(pipeline, served, _read_files(chosen, unreadable), len(chosen.files))
         refused = unreadable + run.refused
         if refused:
             name, reason = refused[0]
@@ -359,5 +326,5 @@ def add_arguments(parser: Any) -> None:
 
 
 def run_from_args(args: Any) -> int:
-    build(args.repository, force=args.force, photos=args.photos, limit=args.limit)
+    build(args.loaded, force=args.force, photos=args.photos, limit=args.limit)
     return 0

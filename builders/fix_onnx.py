@@ -41,7 +41,6 @@ from builders.artifacts import atomic_write_bytes, sha256_bytes
 from builders.passes import onnx_io, registry
 from builders.passes.graph import STANDARD_DOMAINS, PassError
 from vision_serving import model_config
-from vision_serving.layout import Pipeline
 from vision_serving.model_config import ModelConfig
 
 DEFAULT_ATOL = 1e-4
@@ -413,7 +412,6 @@ def fix_file(
     return result
 
 
-def options_for_repository(repository: Path, max_batch: int | None, opt_batch: int | None, atol: float, rtol: float) -> FixOptions:
+def options_for_core(core: model_config.ModelConfig, max_batch: int | None, opt_batch: int | None, atol: float, rtol: float) -> FixOptions:
     """Options from the pipeline core's config.pbtxt (names, dims, max_batch_size)."""
-    core = model_config.load_config(Pipeline.at(repository).core_dir)
     return FixOptions.from_config(core, max_batch=max_batch, opt_batch=opt_batch, atol=atol, rtol=rtol)

@@ -173,12 +173,13 @@ def node_violations(node: QdqNode) -> list[Violation]:
             )
         return found
     shape = list(node.weight_shape)
-    if scale.size == 1:
-        if len(shape) >= 2:
-            add("policy", "qdq-weight-per-tensor", f"weight {node.weight!r} {shape} is quantized per-tensor, not per-channel")
-        return found
     user = _weight_user(node)
     expected = weight_axis(user)
+    if scale.size == 1:
+        # One output channel (e.g. YOLOv8's DFL conv, [1, 16, 1, 1]): per-tensor is per-channel.
+        if len(shape) >= 2 and shape[expected % len(shape)] != 1:
+            add("policy", "qdq-weight-per-tensor", f"weight {node.weight!r} {shape} is quantized per-tensor, not per-channel")
+        return found
     axis = node.axis % len(shape) if shape else node.axis
     if scale.ndim != 1 or axis != expected or scale.shape[0] != shape[expected]:
         reader = f" (the output-channel axis of a {user.op} weight)" if user is not None else ""

@@ -48,12 +48,13 @@ from builders.artifacts import (
     sha256_bytes,
     sha256_file,
 )
-from builders.export_onnx import PROJECT_ROOT
+from builders.loaded import LoadedPipeline
 from vision_serving import layout, model_config
-from vision_serving.layout import Pipeline
+from vision_serving.served import ServedInputs
 
 INT8_FILENAME = layout.INT8_ONNX
-BUILD_DIR = PROJECT_ROOT / ".build"
+PROJECT_ROOT = layout.REPOSITORY_ROOT
+BUILD_DIR = layout.BUILD_DIR
 CALIBRATION_DIR = BUILD_DIR / "calibration"
 KEEP_CALIBRATION_SETS = 4
 WORK_DIR = BUILD_DIR / "quantize"
@@ -99,7 +100,12 @@ SOURCE_FILES = (
     "vision_serving/preprocessing.py",
 )
 # What the calibration array is a function of, besides the recipe: a cached .npy is reused only if unchanged.
-CALIBRATION_CODE = ("builders/calibration.py", "vision_serving/image_codec.py", "vision_serving/preprocessing.py")
+CALIBRATION_CODE = (
+    "builders/calibration.py",
+    "vision_serving/image_codec.py",
+    "vision_serving/preprocessing.py",
+    "vision_serving/served.py",
+)
 PACKAGES = ("nvidia-modelopt", "onnx", "onnxruntime", "onnx-graphsurgeon", "numpy", "opencv-python-headless")
 REQUIRED_MODULES = {"modelopt": "nvidia-modelopt==0.47.0 (requirements/modelopt.txt)", "onnx": "onnx", "onnxruntime": "onnxruntime"}
 
@@ -154,14 +160,6 @@ class QuantizeResult:
     onnx_path: Path
     provenance_path: Path
     provenance: dict[str, Any] = field(repr=False)
-
-
-def int8_path(repository: Path) -> Path:
-    return Pipeline.at(repository).onnx("int8")
-
-
-def fp32_path(repository: Path) -> Path:
-    return Pipeline.at(repository).onnx("fp32")
 
 
 def _require_modules() -> None:
@@ -281,17 +279,17 @@ class CalibrationSet:
     recipe_hash: str
 
 
-def calibration_recipe(repository: Path, options: QuantizeOptions) -> tuple[dict[str, Any], list[calibration.Source]]:
-    spec, _ = calibration.served_preprocessing(repository)
-    sources = calibration.calibration_sources(repository, options.calibration_dir)
-    return calibration.recipe(sources, options.samples, options.seed, calibration.CALIBRATION_PROFILE, spec), sources
+def calibration_recipe(pipeline: LoadedPipeline, options: QuantizeOptions) -> tuple[dict[str, Any], list[calibration.Source]]:
+    sources = calibration.calibration_sources(pipeline, options.calibration_dir)
+    return calibration.recipe(sources, options.samples, options.seed, calibration.CALIBRATION_PROFILE, pipeline.configs.spec), sources
 
 
 def build_calibration_set(
-    repository: Path, options: QuantizeOptions, log: Log = log_to_stderr, directory: Path = CALIBRATION_DIR
+    pipeline: LoadedPipeline, options: QuantizeOptions, log: Log = log_to_stderr, directory: Path = CALIBRATION_DIR
 ) -> tuple[CalibrationSet, np.ndarray]:
-    """The calibration array (N, C, H, W) float32, saved as .npy with a manifest; reused when unchanged."""
-    recipe, sources = calibration_recipe(repository, options)
+    """The calibration array (the core's input as the ensemble feeds it, float32), saved as .npy with a
+    manifest; reused when unchanged."""
+    recipe, sources = calibration_recipe(pipeline, options)
     recipe["packages"] = package_versions(("numpy", "opencv-python-headless"))
     recipe["code"] = {name: sha256_file(PROJECT_ROOT / name) for name in CALIBRATION_CODE}
     recipe_hash = input_hash(recipe)
@@ -304,11 +302,12 @@ def build_calibration_set(
                 log(f"calibration set {path.name} is up to date ({manifest['count']} samples)")
                 return CalibrationSet(path, manifest_path, manifest["sha256"], manifest["count"], recipe_hash), np.load(path)
     started = time.perf_counter()
-    spec, limits = calibration.served_preprocessing(repository)
-    origin = "--calibration-dir " + str(options.calibration_dir) if options.calibration_dir else "package photos"
+    folder = options.calibration_dir or pipeline.recipe.quantize.calibration_dir
+    origin = f"images of {folder}" if folder else "package photos"
     log(f"building {options.samples} calibration samples from {len(sources)} {origin} (seed {options.seed})")
-    samples = calibration.make_samples(sources, options.samples, options.seed, calibration.CALIBRATION_PROFILE, limits)
-    batch = calibration.preprocess_samples(samples, spec, limits)
+    served = ServedInputs(pipeline.configs)
+    samples = calibration.make_samples(sources, options.samples, options.seed, calibration.CALIBRATION_PROFILE, served.limits)
+    batch = calibration.core_inputs(samples, served)
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{stem}.", suffix=".npy", delete=False) as file:
         np.save(file, batch)
@@ -344,14 +343,14 @@ def _prune_calibration_sets(directory: Path, keep: int = KEEP_CALIBRATION_SETS) 
 # --------------------------------------------------------------------------- the step
 
 
-def input_record(repository: Path, options: QuantizeOptions) -> dict[str, Any]:
-    source = fp32_path(repository)
-    recipe, _ = calibration_recipe(repository, options)
+def input_record(pipeline: LoadedPipeline, options: QuantizeOptions) -> dict[str, Any]:
+    source = pipeline.layout.onnx("fp32")
+    recipe, _ = calibration_recipe(pipeline, options)
     return {
         "input_onnx": {"file": source.name, "sha256": sha256_file(source)},
         "calibration_recipe": input_hash(recipe),
         "options": options.record(),
-        "configs": {role: sha256_file(Pipeline.at(repository).model_dir(role) / "config.pbtxt") for role in ("core", "preprocess")},
+        "configs": {role: sha256_file(pipeline.layout.model_dir(role) / "config.pbtxt") for role in ("core", "preprocess")},
         "sources": {name: sha256_file(PROJECT_ROOT / name) for name in SOURCE_FILES},
         "packages": package_versions(PACKAGES),
     }
@@ -363,9 +362,17 @@ def peak_rss_mb() -> float:
 
 
 def run_modelopt(
-    source: Path, output: Path, data: np.ndarray, input_name: str, options: QuantizeOptions, exclusions: dict[str, Any], log_path: Path
+    source: Path,
+    output: Path,
+    data: np.ndarray,
+    input_name: str,
+    options: QuantizeOptions,
+    exclusions: dict[str, Any],
+    log_path: Path,
+    max_batch: int,
 ) -> None:
-    """ModelOpt INT8 PTQ on CPU, in a scratch folder (it writes intermediates beside its input)."""
+    """ModelOpt INT8 PTQ on CPU, in a scratch folder (it writes intermediates beside its input); calibration
+    batches of at most ``max_batch`` (the core's max_batch_size: a batch-1 export takes one image a run)."""
     from modelopt.onnx.quantization import quantize as modelopt_quantize
 
     WORK_DIR.mkdir(parents=True, exist_ok=True)
@@ -373,7 +380,7 @@ def run_modelopt(
         scratch_input = Path(scratch) / source.name
         shutil.copy2(source, scratch_input)
         scratch_output = Path(scratch) / output.name
-        batch = min(options.calibration_batch, len(data))
+        batch = max(1, min(options.calibration_batch, len(data), max_batch))
         usable = len(data) - len(data) % batch  # ModelOpt splits the array into equal batches
         shape = "x".join(str(d) for d in (batch, *data.shape[1:]))
         # ModelOpt logs to stdout and ORT's calibration draws tqdm bars on stderr: both go to the log file.
@@ -397,7 +404,7 @@ def run_modelopt(
 
 
 def quantize(
-    repository: Path | str,
+    pipeline: LoadedPipeline,
     options: QuantizeOptions = QuantizeOptions(),
     force: bool = False,
     output: Path | None = None,
@@ -407,16 +414,14 @@ def quantize(
     import onnx
 
     started = time.perf_counter()
-    repository = Path(repository)
-    source = fp32_path(repository)
+    source = pipeline.layout.onnx("fp32")
     if not source.is_file():
         raise BuildError(f"{source} does not exist; run `python -m builders export` first")
-    output = Path(output) if output else int8_path(repository)
+    output = Path(output) if output else pipeline.layout.onnx("int8")
     provenance_path = provenance.path_for(output)
-    core = model_config.load_config(Pipeline.at(repository).core_dir)
-    input_name = model_config.only_tensor(core, "input").name
+    input_name = model_config.only_tensor(pipeline.configs.core(), "input").name
 
-    record = input_record(repository, options)
+    record = input_record(pipeline, options)
     expected_hash = input_hash(record)
     if not force and provenance.is_current(output, expected_hash):
         log(f"up to date ({output.name})")
@@ -425,7 +430,7 @@ def quantize(
     _require_modules()
     reference = onnx.load(str(source))
     exclusions = resolve_exclusions(reference, options)
-    calib, data = build_calibration_set(repository, options, log)
+    calib, data = build_calibration_set(pipeline, options, log)
     described = ", ".join(options.exclude + options.exclude_nodes + options.exclude_op_types) or "none"
     log(
         f"ModelOpt {package_versions(['nvidia-modelopt'])['nvidia-modelopt']}: int8, {options.method} calibration on "
@@ -438,9 +443,10 @@ def quantize(
     with tempfile.TemporaryDirectory(dir=WORK_DIR) as scratch:
         candidate = Path(scratch) / output.name
         try:
-            run_modelopt(source, candidate, data, input_name, options, exclusions, log_path)
-        except (AssertionError, ValueError, RuntimeError) as error:
-            raise BuildError(f"ModelOpt failed: {error}; see {log_path}") from None
+            run_modelopt(source, candidate, data, input_name, options, exclusions, log_path, pipeline.configs.core().max_batch_size)
+        except Exception as error:  # ModelOpt's and onnxruntime's own errors: one line, the log for the rest
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise BuildError(f"ModelOpt failed: {first}; see {log_path}") from None
         calibration_seconds = time.perf_counter() - calibration_started
         del data
         quantized = onnx.load(str(candidate))
@@ -484,9 +490,9 @@ def quantize(
                 "sha256": calib.sha256,
                 "samples": calib.count,
                 "seed": options.seed,
-                "source": str(options.calibration_dir) if options.calibration_dir else "package photos",
-                "photos": [s["name"] for s in calibration_recipe(repository, options)[0]["sources"]],
-                "held_out_photos": list(calibration.photo_split(repository)[1]),
+                "source": str(options.calibration_dir or pipeline.recipe.quantize.calibration_dir or "package photos"),
+                "photos": [s["name"] for s in calibration_recipe(pipeline, options)[0]["sources"]],
+                "held_out_photos": list(calibration.photo_split(pipeline)[1]),
                 "profile": calibration.CALIBRATION_PROFILE.name,
                 "recipe_hash": calib.recipe_hash,
             },
@@ -514,11 +520,9 @@ def quantize(
     return QuantizeResult("quantized", output, provenance_path, provenance_record)
 
 
-def recipe_options(repository: Path, **overrides: Any) -> QuantizeOptions:
+def recipe_options(pipeline: LoadedPipeline, **overrides: Any) -> QuantizeOptions:
     """The pipeline recipe's [quantize] options; ``overrides`` that are not None win."""
-    from builders import recipe
-
-    section = recipe.load(Pipeline.at(repository)).quantize
+    section = pipeline.recipe.quantize
     values: dict[str, Any] = {
         "method": section.method,
         "samples": section.samples,
@@ -538,7 +542,7 @@ def options_from_args(args: Any) -> QuantizeOptions:
         return tuple(items)
 
     return recipe_options(
-        args.repository,
+        args.loaded,
         method=args.method,
         samples=args.samples,
         seed=args.seed,
@@ -590,5 +594,5 @@ def add_arguments(parser: Any) -> None:
 
 
 def run_from_args(args: Any) -> int:
-    quantize(args.repository, options_from_args(args), force=args.force, output=args.output)
+    quantize(args.loaded, options_from_args(args), force=args.force, output=args.output)
     return 0

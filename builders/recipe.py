@@ -1,12 +1,9 @@
 """A pipeline's build recipe: ``model_repository/<pipeline>/pipeline.toml``, parsed into typed options.
 
 The recipe says how the pipeline's core model is made and judged; everything
-about tensors (names, dims, preprocessing) stays in the pipeline's Triton
-configs. Sections:
+about tensors (names, dims, preprocessing) and the task itself (the postprocess
+config's ``task`` parameter) stays in the pipeline's Triton configs. Sections:
 
-``task``
-    ``classification``, ``segmentation`` or ``detection``: selects the accuracy
-    metric of the gate (:data:`builders.precision.TASK_METRICS`) and of ``evaluate``.
 ``[source]``
     where the model comes from and how it becomes ONNX. ``kind`` selects a
     converter in :mod:`builders.sources`: ``efficientnet_lite0`` (PyTorch
@@ -18,8 +15,9 @@ configs. Sections:
 ``[quantize]``
     INT8 calibration photos and what stays in high precision.
 ``[gate]``
-    the task's thresholds: INT8 (then FP16) must meet them against FP32 on
-    held-out photos, or the pipeline serves the next rung of the precision ladder.
+    the task's thresholds (its ``gate_defaults``: :mod:`vision_serving.tasks`):
+    INT8 (then FP16) must meet them against FP32 on held-out photos, or the
+    pipeline serves the next rung of the precision ladder.
 ``[golden]``
     photos and what the served pipeline must answer for them (tests, rollouts).
 """
@@ -27,15 +25,18 @@ configs. Sections:
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from builders import BuildError
-from vision_serving.layout import Pipeline
+from vision_serving.tasks.base import Task, thresholds
 
-TASKS = ("classification", "segmentation", "detection")
 SOURCE_KINDS = ("efficientnet_lite0", "tflite", "onnx")
+# Sources that name a model file: its sha256 is part of the recipe (efficientnet_lite0's weights are pinned by the lock).
+PINNED_KINDS = ("tflite", "onnx")
 PRECISIONS = ("int8", "fp16", "fp32")  # the ladder, best first
 
 
@@ -47,12 +48,12 @@ class RecipeError(BuildError):
 class Source:
     kind: str
     opset: int = 17
-    # tflite: a wheel requirement, the file inside it and its sha256.
+    # tflite: a wheel requirement and the file inside it; onnx: a file relative to the pipeline folder.
     wheel: str = ""
     member: str = ""
-    sha256: str = ""
-    # onnx: a file relative to the pipeline folder.
     path: str = ""
+    # tflite and onnx: the model file's sha256 (required: the build refuses another file).
+    sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,13 @@ class Fix:
 
 @dataclass(frozen=True)
 class Quantize:
+    # Package photos by name (builders.photos), or folders of your own images (relative to the pipeline
+    # folder, or absolute) that replace them: calibration_dir for INT8 calibration, evaluation_dir held out
+    # for the precision gate.
     calibration_photos: tuple[str, ...] = ()
     evaluation_photos: tuple[str, ...] = ()
+    calibration_dir: str = ""
+    evaluation_dir: str = ""
     # Layer groups (builders.quantize.LAYER_GROUPS), node-name regexes and op types kept in high precision.
     exclude: tuple[str, ...] = ()
     exclude_nodes: str = ""
@@ -73,31 +79,16 @@ class Quantize:
 
 
 @dataclass(frozen=True)
-class Gate:
-    # classification
-    min_top1: float = 0.95
-    min_top5: float = 0.90
-    min_cosine: float = 0.98
-    # segmentation
-    min_mean_iou: float = 0.95
-    # detection: FP32's and the candidate's detections matched one to one (box IoU >= 0.5);
-    # agreement = 2 * matched / (FP32 detections + candidate detections), 1.0 when both find none
-    min_detection_agreement: float = 0.95
-    # ... and the mean box IoU of the matched pairs
-    min_matched_iou: float = 0.90
-
-
-@dataclass(frozen=True)
 class Recipe:
-    pipeline: Pipeline
-    task: str
+    path: Path
     description: str
     source: Source
     fix: Fix = field(default_factory=Fix)
     quantize: Quantize = field(default_factory=Quantize)
-    gate: Gate = field(default_factory=Gate)
-    # photo name -> acceptable top-1 labels (classification), the minimum coverage (segmentation)
-    # or the number of faces (detection)
+    # The task's gate thresholds: its defaults, overridden by [gate].
+    gate: dict[str, float] = field(default_factory=dict)
+    # photo name -> what the served pipeline must answer, in the task's terms (acceptable top-1
+    # labels, the minimum coverage, the number of detections): for tests and rollouts
     golden: dict[str, Any] = field(default_factory=dict)
     precisions: tuple[str, ...] = PRECISIONS
 
@@ -121,9 +112,8 @@ def _build(kind: type, values: dict[str, Any], where: str) -> Any:
         raise RecipeError(f"{where}: {error}") from None
 
 
-def load(pipeline: Pipeline) -> Recipe:
-    """Parse and validate a pipeline's recipe; errors are one line naming the file."""
-    path = pipeline.recipe
+def load(path: Path, task: Task) -> Recipe:
+    """Parse and validate a pipeline's recipe (``path``) for its task; errors are one line naming the file."""
     if not path.is_file():
         raise RecipeError(f"{path}: no such recipe")
     try:
@@ -131,23 +121,30 @@ def load(pipeline: Pipeline) -> Recipe:
     except tomllib.TOMLDecodeError as error:
         raise RecipeError(f"{path}: {error}") from None
     where = str(path)
-    task = data.get("task")
-    if task not in TASKS:
-        raise RecipeError(f"{where}: task must be one of {', '.join(TASKS)}, got {task!r}")
+    if "task" in data:
+        raise RecipeError(f"{where}: 'task' is not a recipe key: the postprocess config's task parameter names it ({task.name} here)")
     source = _build(Source, _section(data, "source", where), f"{where} [source]")
     if source.kind not in SOURCE_KINDS:
         raise RecipeError(f"{where} [source]: kind must be one of {', '.join(SOURCE_KINDS)}, got {source.kind!r}")
+    if source.kind in PINNED_KINDS and not re.fullmatch(r"[0-9a-f]{64}", source.sha256):
+        raise RecipeError(
+            f"{where} [source]: sha256 must pin the model file ({source.kind} sources): its 64 hex digits, e.g. from `sha256sum FILE`, "
+            f"got {source.sha256!r}"
+        )
     precisions = tuple(data.get("precisions", PRECISIONS))
     if not precisions or any(item not in PRECISIONS for item in precisions) or precisions[-1] != "fp32":
         raise RecipeError(f"{where}: precisions must be a ladder from {PRECISIONS} ending with fp32, got {list(precisions)}")
+    try:
+        gate = thresholds(task.gate_defaults, _section(data, "gate", where), f"{where} [gate]")
+    except ValueError as error:
+        raise RecipeError(str(error)) from None
     recipe = Recipe(
-        pipeline=pipeline,
-        task=task,
+        path=path,
         description=str(data.get("description", "")),
         source=source,
         fix=_build(Fix, _section(data, "fix", where), f"{where} [fix]"),
         quantize=_build(Quantize, _section(data, "quantize", where), f"{where} [quantize]"),
-        gate=_build(Gate, _section(data, "gate", where), f"{where} [gate]"),
+        gate=gate,
         golden=_section(data, "golden", where),
         precisions=precisions,
     )

@@ -46,7 +46,6 @@ from typing import Any, TypeAlias
 from builders import BuildError, arguments, provenance
 from builders.artifacts import atomic_write_bytes, input_hash, sha256_file
 from vision_serving import layout, model_config
-from vision_serving.layout import Pipeline
 from vision_serving.model_config import ConfigError
 
 CORE_MODEL = "core"
@@ -392,7 +391,7 @@ def compare_provenance(provenance: Mapping[str, Any], tensorrt_version: str, gpu
 
 @dataclass
 class BuildSettings:
-    repository: Path
+    pipeline: layout.Pipeline
     onnx: Path
     output: Path
     opt_batch: int | None = None
@@ -409,24 +408,23 @@ class BuildResult:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def default_onnx(repository: Path) -> Path:
+def default_onnx(pipeline: layout.Pipeline) -> Path:
     """The ONNX the precision ladder chose (served_precision.json), else the INT8 Q/DQ model."""
-    from builders import precision
-
-    pipeline = Pipeline.at(repository)
-    return precision.served_onnx(pipeline) or pipeline.onnx("int8")
+    return pipeline.served_onnx() or pipeline.onnx("int8")
 
 
-def default_plan(repository: Path) -> Path:
-    return Pipeline.at(repository).plan
+def default_plan(pipeline: layout.Pipeline) -> Path:
+    return pipeline.plan
 
 
-def load_core_config(repository: Path) -> ModelConfig:
-    """The production (TensorRT) core config, never a ``configs/`` variant."""
-    config: ModelConfig = model_config.load_config(Pipeline.at(repository).core_dir)
+def load_core_config(pipeline: layout.Pipeline) -> ModelConfig:
+    """The production (TensorRT) core config, never a ``configs/`` variant. This step reads the core's
+    config alone, not the whole pipeline: the serving image runs ``verify-plan`` without the serving
+    library's image stack."""
+    config: ModelConfig = model_config.load_config(pipeline.core_dir)
     if config.platform != "tensorrt_plan" and config.backend != "tensorrt":
         raise ConfigError(
-            f"{Pipeline.at(repository).core_dir / 'config.pbtxt'}: platform is {config.platform or config.backend!r}, expected 'tensorrt_plan'"
+            f"{pipeline.core_dir / 'config.pbtxt'}: platform is {config.platform or config.backend!r}, expected 'tensorrt_plan'"
         )
     return config
 
@@ -443,7 +441,7 @@ def _copy_atomically(source: Path, target: Path) -> None:
 
 
 def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResult:
-    core = load_core_config(settings.repository)
+    core = load_core_config(settings.pipeline)
     profiles = optimization_profile(core, settings.opt_batch)
     if settings.workspace_mib < 1:
         raise BuildError(f"--workspace-mib must be positive, got {settings.workspace_mib}")
@@ -464,7 +462,7 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
     # Content-addressed: <cache>/trt<X.Y.Z>-sm<CC>/<pipeline>/<inputs hash>/model.plan. Two model
     # versions sharing a cache (stable and canary pods on one PVC) never write the same entry, so
     # neither rebuilds over the other nor copies the other's plan between check and copy.
-    entry = cache_entry(settings.cache_dir, key, Pipeline.at(settings.repository).name, wanted_hash) if settings.cache_dir else None
+    entry = cache_entry(settings.cache_dir, key, settings.pipeline.name, wanted_hash) if settings.cache_dir else None
     build_plan = entry / PLAN_FILENAME if entry else target_plan
     if not settings.force and provenance.is_current(build_plan, wanted_hash):
         current = _read_provenance(provenance_path(build_plan)) or {}
@@ -493,7 +491,7 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
             "onnx": onnx_sha,
             "onnx_provenance": onnx_record.get("input_hash"),
             "calibration": onnx_record["calibration_hash"],
-            "core_config": sha256_file(Pipeline.at(settings.repository).core_dir / "config.pbtxt"),
+            "core_config": sha256_file(settings.pipeline.core_dir / "config.pbtxt"),
         },
         tools={"tensorrt": str(trt.__version__)},
         inputs=wanted,
@@ -620,7 +618,7 @@ def deserialize_and_compare(plan_path: Path, core: ModelConfig) -> list[str]:
 
 def verify_plan(
     plan_path: Path,
-    repository: Path,
+    pipeline: layout.Pipeline,
     deserialize: bool = False,
     tensorrt_version: str | None = None,
     gpus: Sequence[GpuFacts] | None = None,
@@ -642,7 +640,7 @@ def verify_plan(
     visible = list(gpus) if gpus is not None else query_gpus()
     problems += compare_provenance(record, version, visible)
     if not problems and deserialize:
-        problems += deserialize_and_compare(plan_path, load_core_config(repository))
+        problems += deserialize_and_compare(plan_path, load_core_config(pipeline))
     if problems:
         raise VerificationError(f"{plan_path}: " + "; ".join(problems) + " -> rebuild it on this node (python -m builders build-engine)")
     log(
@@ -656,11 +654,12 @@ def verify_plan(
 
 def run_build_engine(args: argparse.Namespace) -> int:
     for repository in arguments.chosen_repositories(args):
+        pipeline = layout.Pipeline.at(repository)
         build_engine(
             BuildSettings(
-                repository=repository,
-                onnx=args.onnx or default_onnx(repository),
-                output=args.output or default_plan(repository),
+                pipeline=pipeline,
+                onnx=args.onnx or default_onnx(pipeline),
+                output=args.output or default_plan(pipeline),
                 opt_batch=args.opt_batch,
                 workspace_mib=args.workspace_mib,
                 timing_cache=args.timing_cache,
@@ -711,7 +710,8 @@ def add_build_engine_step(subparsers: argparse._SubParsersAction[argparse.Argume
 
 def run_verify_plan(args: argparse.Namespace) -> int:
     for repository in arguments.chosen_repositories(args):
-        verify_plan(args.plan or default_plan(repository), repository, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version)
+        pipeline = layout.Pipeline.at(repository)
+        verify_plan(args.plan or default_plan(pipeline), pipeline, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version)
     return 0
 
 

@@ -431,6 +431,7 @@ class _Checker:
                 "unsupported-dtype",
                 f"{node.op} on {type_name} is not supported (TensorRT lists {', '.join(sorted(table.OPERATORS[node.op]))})",
                 node,
+                fix=("cast_nonzero_input",) if node.op == "NonZero" and type_name == "BOOL" else (),
             )
 
     def _constant_inputs(self, node: gs.Node, top_level: bool) -> None:

@@ -255,3 +255,44 @@ def reduce_mean_to_global_average_pool(graph: gs.Graph) -> int:
     if rewrites:
         graph.cleanup()
     return rewrites
+
+
+# --------------------------------------------------------------------------- cast_nonzero_input
+
+
+def _is_bool(dtype: object) -> bool:
+    try:
+        return dtype is not None and np.dtype(dtype) == np.bool_  # type: ignore[call-overload]
+    except TypeError:
+        return False
+
+
+def cast_nonzero_input(graph: gs.Graph) -> int:
+    """Give ``NonZero`` a float input where it has a BOOL one: TensorRT's NonZero takes FP32/FP16 only.
+
+    Before::
+
+        mask [...] (BOOL) --NonZero--> indices
+
+    After::
+
+        mask [...] (BOOL) --Where(mask, 1.0, 0.0)--> [...] (FLOAT) --NonZero--> indices
+
+    The same indices: a true element is 1.0, a false one 0.0. (A ``Where`` of constants, not a
+    ``Cast``: the FP16 rung's converter turns the constants and the tensor into FP16 together.)
+    Ultralytics' ``export(nms=True)`` graphs select their detections this way.
+    """
+    rewrites = 0
+    for node in list(graph.nodes):
+        if node.op != "NonZero" or not node.inputs or not _is_bool(node.inputs[0].dtype):
+            continue
+        source = node.inputs[0]
+        as_float = gs.Variable(f"{source.name}_as_float", dtype=np.float32, shape=source.shape)
+        one = gs.Constant(f"{node.name}_one", np.array(1.0, dtype=np.float32))
+        zero = gs.Constant(f"{node.name}_zero", np.array(0.0, dtype=np.float32))
+        graph.nodes.append(gs.Node("Where", name=f"{node.name}_as_float", inputs=[source, one, zero], outputs=[as_float]))
+        node.inputs[0] = as_float
+        rewrites += 1
+    if rewrites:
+        graph.toposort()
+    return rewrites

@@ -55,6 +55,7 @@ PASSES: dict[str, GraphPass] = {
     "reduce_mean_to_global_average_pool": cleanup.reduce_mean_to_global_average_pool,
     "einsum_to_matmul": einsum.einsum_to_matmul,
     "batch_reshape_placeholder": batch.batch_reshape_placeholder,
+    "cast_nonzero_input": cleanup.cast_nonzero_input,
 }
 
 # name -> the pass with the core config as its second argument.
@@ -70,6 +71,7 @@ DEFAULT_PASSES: tuple[str, ...] = (
     "fuse_pad_into_conv",
     "reduce_mean_to_global_average_pool",
     "einsum_to_matmul",
+    "cast_nonzero_input",
     "stable_io_names",
     "batch_dimension",
     # After batch_dimension: it needs the symbolic batch on the inputs to tell batch-pinned Reshapes.

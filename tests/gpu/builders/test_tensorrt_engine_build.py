@@ -165,7 +165,7 @@ def test_build_verify_and_run_a_tiny_qdq_plan(trt, tmp_path, capsys):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_build_and_run_the_real_qdq_model(trt, tmp_path, capsys):
-    onnx_path = te.default_onnx(CLASSIFIER.repository)
+    onnx_path = te.default_onnx(CLASSIFIER)
     if not onnx_path.is_file():
         pytest.skip(f"{onnx_path} not built (python -m builders quantize --pipeline {CLASSIFIER.name})")
     plan = tmp_path / te.PLAN_FILENAME
@@ -184,7 +184,7 @@ def test_build_and_run_the_real_qdq_model(trt, tmp_path, capsys):
     batch = preprocessing.preprocess_batch(
         [decode_rgb(photos.photo_bytes(n), limits) for n in names], preprocessing.PreprocessSpec.from_config(preprocess)
     ).astype(np.float32)
-    core = te.load_core_config(CLASSIFIER.repository)
+    core = te.load_core_config(CLASSIFIER)
     input_name, output_name = core.input[0].name, core.output[0].name
     got = run_plan(trt, plan, {input_name: batch})[output_name]
     want = onnxruntime_emulation(onnx_path, {input_name: batch})[output_name]

@@ -9,10 +9,12 @@ import cv2
 import numpy as np
 import pytest
 
-from builders import BuildError, cli, dataset_eval, photos
+from builders import cli, dataset_eval, loaded, photos
 from builders.artifacts import sha256_file
 from tests.support.pipelines import built_classifier
 from vision_serving import layout
+from vision_serving.pipeline_configs import PipelineConfigs
+from vision_serving.tasks import segmentation
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def write_class_folders(directory, assignments: dict[str, list[str]]) -> None:
 
 def test_classification_accuracy_on_class_folders(classifier_with_served_fp32, tmp_path):
     write_class_folders(tmp_path, {"espresso": ["coffee"], "tiger cat": ["chelsea"], "282": [], "tripod": ["camera", "rocket"]})
-    report = dataset_eval.evaluate_dataset(classifier_with_served_fp32.repository, tmp_path, log=lambda _: None)
+    report = dataset_eval.evaluate_dataset(loaded.load(classifier_with_served_fp32), tmp_path, log=lambda _: None)
     assert report["images"] == 4 and report["served_precision"] == "fp32"
     # coffee, chelsea and camera are right; the rocket is not a tripod.
     assert report["metrics"]["fp32"]["top1_accuracy"] == pytest.approx(0.75)
@@ -59,8 +61,9 @@ def test_segmentation_pairs_are_read_and_checked(tmp_path):
     mask = np.zeros((512, 512), dtype=np.uint8)
     mask[100:300, 100:300] = 255
     cv2.imwrite(str(tmp_path / "a.mask.png"), mask)
-    (sample,) = dataset_eval.segmentation_samples(tmp_path)
+    postprocessor = PipelineConfigs.load(layout.pipeline("person_segmenter")).postprocessor()
+    (sample,) = segmentation.TASK.dataset(tmp_path, postprocessor)
     assert sample.path == image and sample.target.dtype == bool and sample.target.sum() == 200 * 200
     shutil.copy(photos.photo_path("coffee"), tmp_path / "b.png")
-    with pytest.raises(BuildError, match=r"no mask b\.mask\.png"):
-        dataset_eval.segmentation_samples(tmp_path)
+    with pytest.raises(ValueError, match=r"no mask b\.mask\.png"):
+        segmentation.TASK.dataset(tmp_path, postprocessor)

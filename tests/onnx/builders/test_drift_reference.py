@@ -9,14 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from builders import build_all, calibration, cli, drift_reference, photos, provenance
+from builders import build_all, calibration, cli, drift_reference, loaded, photos, provenance
 from tests.support.pipelines import built_classifier
 from vision_serving import drift, image_codec, layout
+from vision_serving.pipeline_configs import PipelineConfigs
 
 
 def test_reference_of_the_classifier_is_written_beside_the_served_version():
     pipeline = built_classifier()
-    path = drift_reference.build(pipeline.repository, log=lambda message: None)
+    path = drift_reference.build(loaded.load(pipeline), log=lambda message: None)
     assert path == layout.drift_reference_path(pipeline.core_version_dir) == pipeline.drift_reference
     record = json.loads(path.read_text())
     assert record["core_version"] == "1" and record["onnx"] == layout.FP32_ONNX and record["images"] >= 100
@@ -33,7 +34,7 @@ def test_reference_of_the_classifier_is_written_beside_the_served_version():
     assert record_of is not None and record_of.step == drift_reference.STEP
     assert record_of.input_hashes["onnx"] == layout.file_sha256(pipeline.onnx("fp32"))
     before = path.stat().st_mtime_ns
-    drift_reference.build(pipeline.repository, log=lambda message: None)
+    drift_reference.build(loaded.load(pipeline), log=lambda message: None)
     assert path.stat().st_mtime_ns == before
 
 
@@ -70,7 +71,7 @@ def write_photos(folder: Path, count: int) -> list[str]:
     sub-folders, each file named for its format only when it is even; returns their names."""
     folder.mkdir(parents=True)
     sources = calibration.package_sources(list(photos.registry())[:12])
-    _, limits = calibration.served_preprocessing(built_classifier().repository)
+    limits = PipelineConfigs.load(built_classifier()).limits
     names = []
     for sample in calibration.make_samples(sources, count, 4242, calibration.EVALUATION_PROFILE, limits):
         suffix = "." + (image_codec.sniff_format(sample.data) or "bin") if sample.index % 2 == 0 else ""
@@ -84,13 +85,13 @@ def write_photos(folder: Path, count: int) -> list[str]:
 def test_reference_from_the_users_photos_is_kept_until_rebuilt_or_the_model_changes(classifier_copy, tmp_path):
     pipeline = classifier_copy
     folder = tmp_path / "traffic"
-    needed = drift_reference.minimum_photos(pipeline)
+    needed = drift_reference.minimum_photos(loaded.load(pipeline))
     names = write_photos(folder, needed + 2)
     (folder / "day0" / "notes.txt").write_text("not an image\n")  # refused by the served decoder
     (folder / "day1" / "cut.jpg").write_bytes((folder / names[0]).read_bytes()[:300])  # truncated
     (folder / ".DS_Store").write_bytes(b"\x00\x01")  # hidden: not part of the set
     lines: list[str] = []
-    path = drift_reference.build(pipeline.repository, photos=folder, log=lines.append)
+    path = drift_reference.build(loaded.load(pipeline), photos=folder, log=lines.append)
     skipped = [line for line in lines if line.startswith("skipped")]
     assert len(skipped) == 1 and skipped[0].startswith(f"skipped 2 of {needed + 4} files the served decoder refuses (first: "), lines
     record = json.loads(path.read_text())
@@ -106,11 +107,11 @@ def test_reference_from_the_users_photos_is_kept_until_rebuilt_or_the_model_chan
 
     # The same photos again: up to date. Without --photos (all, build_artifacts), even with --force: kept.
     lines.clear()
-    drift_reference.build(pipeline.repository, photos=folder, log=lines.append)
+    drift_reference.build(loaded.load(pipeline), photos=folder, log=lines.append)
     assert lines == [f"{path} is up to date"]
     for force in (False, True):
         lines.clear()
-        drift_reference.build(pipeline.repository, force=force, log=lines.append)
+        drift_reference.build(loaded.load(pipeline), force=force, log=lines.append)
         assert len(lines) == 1 and "kept (built from" in lines[0] and path.read_bytes() == before
     # A changed photo is another set: rebuilt.
     (folder / names[0]).write_bytes((folder / names[2]).read_bytes())
@@ -122,18 +123,18 @@ def test_reference_from_the_users_photos_is_kept_until_rebuilt_or_the_model_chan
     postprocess.write_text(
         text.replace('{ key: "drift_window"', '{ key: "drift_features", value: { string_value: "confidence" } },\n  { key: "drift_window"')
     )
-    drift_reference.build(pipeline.repository, log=lines.append)
+    drift_reference.build(loaded.load(pipeline), log=lines.append)
     assert path.read_bytes() == before
     postprocess.write_text(text.replace('string_value: "5"', 'string_value: "3"', 1))
     try:
         with pytest.raises(drift_reference.StaleUserReference) as raised:
-            drift_reference.build(pipeline.repository, log=lines.append)
+            drift_reference.build(loaded.load(pipeline), log=lines.append)
         message = str(raised.value)
         assert "\n" not in message and f"--pipeline image_classifier --photos {folder}`" in message
         assert path.read_bytes() == before
         # `all` keeps it too, with a warning line, and carries on.
         lines.clear()
-        dict(build_all.steps(pipeline, force=True))["drift-reference"](lines.append)
+        dict(build_all.steps(loaded.load(pipeline), force=True))["drift-reference"](lines.append)
         assert lines == [f"warning: {message}"] and path.read_bytes() == before
     finally:
         postprocess.write_text(text)

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from builders import calibration, cli, evaluate
+from builders import BuildError, calibration, cli, evaluate, loaded
 from builders import quantize as q
 from devtools.loadgen import free_port
 from tests.support.pipelines import REDUCED_GATE, built_classifier, int8_test_repository
-from vision_serving import classification, layout, model_config, preprocessing
-from vision_serving.image_codec import decode_rgb
-from vision_serving.onnx_core import OnnxCore
+from vision_serving import layout, model_config
+from vision_serving.pipeline_configs import PipelineConfigs
+from vision_serving.served import ServedPipeline
 
 CLASSIFIER = layout.pipeline("image_classifier")
 GOLDEN = {
@@ -23,53 +23,38 @@ GOLDEN = {
 }
 
 
-def test_top_k_and_metrics():
-    reference = np.array([[0.0, 5.0, 4.0, 3.0, 2.0, 1.0, -1.0], [9.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]], dtype=np.float32)
-    assert evaluate.top_k(reference).tolist() == [[1, 2, 3, 4, 5], [0, 6, 5, 4, 3]]
-    same = evaluate.compare_logits(reference, reference)
-    assert same["top1_agreement"] == same["top5_overlap"] == 1.0 and same["cosine_mean"] == pytest.approx(1.0)
-    swapped = reference.copy()
-    swapped[0, [1, 2]] = swapped[0, [2, 1]]  # top-1 changes, same top-5 set
-    swapped[1, 6] = -9.0  # second row: class 6 leaves the top-5
-    metrics = evaluate.compare_logits(reference, swapped)
-    assert metrics["top1_agreement"] == 0.5
-    assert metrics["top5_overlap"] == pytest.approx((5 / 5 + 4 / 5) / 2)
-    assert metrics["top1_in_reference_top5"] == 1.0
-
-
-def test_gate_checks_each_threshold():
-    metrics = {"top1_agreement": 0.96, "top5_overlap": 0.89, "cosine_mean": 0.99}
-    result = evaluate.gate(metrics, evaluate.Thresholds())
-    assert not result["pass"]
-    assert [name for name, check in result["checks"].items() if not check["pass"]] == ["top5_overlap"]
-    assert "cosine_mean" not in evaluate.gate(metrics, evaluate.Thresholds(), with_cosine=False)["checks"]
-
-
 def test_golden_labels_are_the_recipes():
-    from builders import recipe
-
-    assert {name: set(labels) for name, labels in recipe.load(CLASSIFIER).golden.items()} == GOLDEN
+    assert {name: set(labels) for name, labels in loaded.load(CLASSIFIER).recipe.golden.items()} == GOLDEN
 
 
 def test_evaluation_set_is_held_out_and_deterministic():
-    repository = CLASSIFIER.repository
-    calibration_photos, evaluation_photos = calibration.photo_split(repository)
-    first = evaluate.evaluation_set(repository, augmented_per_photo=2)
-    again = evaluate.evaluation_set(repository, augmented_per_photo=2)
+    pipeline = loaded.load(CLASSIFIER)
+    calibration_photos, evaluation_photos = calibration.photo_split(pipeline)
+    first = evaluate.evaluation_set(pipeline, augmented_per_photo=2)
+    again = evaluate.evaluation_set(pipeline, augmented_per_photo=2)
     assert [s.data for s in first.all] == [s.data for s in again.all]
     assert {s.source for s in first.all} <= set(evaluation_photos)
     assert not {s.source for s in first.all} & set(calibration_photos)
-    assert len(first.raw) == len(calibration.evaluation_sources(repository)) and len(first.augmented) == 2 * len(first.raw)
+    assert len(first.raw) == len(calibration.evaluation_sources(pipeline)) and len(first.augmented) == 2 * len(first.raw)
     assert all(s.transform.get("original") for s in first.raw) and not any(s.transform.get("original") for s in first.augmented)
     # Different transforms and seed from calibration: no augmented evaluation image equals a calibration one.
-    _, limits = calibration.served_preprocessing(repository)
     calibration_bytes = {
         s.data
         for s in calibration.make_samples(
-            calibration.calibration_sources(repository), 48, calibration.CALIBRATION_SEED, calibration.CALIBRATION_PROFILE, limits
+            calibration.calibration_sources(pipeline),
+            48,
+            calibration.CALIBRATION_SEED,
+            calibration.CALIBRATION_PROFILE,
+            pipeline.configs.limits,
         )
     }
     assert not calibration_bytes & {s.data for s in first.all}
+
+
+def test_gate_overrides_are_key_value_numbers():
+    assert evaluate.gate_overrides(["min_top1=0.9", "min_cosine=0.5"]) == {"min_top1": 0.9, "min_cosine": 0.5}
+    with pytest.raises(BuildError, match="expected KEY=NUMBER"):
+        evaluate.gate_overrides(["min_top1"])
 
 
 @pytest.fixture(scope="module")
@@ -78,40 +63,30 @@ def classifier() -> layout.Pipeline:
 
 
 def test_fp32_against_itself_passes_and_reports(classifier, tmp_path):
-    fp32 = q.fp32_path(classifier.repository)
-    assert fp32 == classifier.onnx("fp32")
-    report = evaluate.evaluate(classifier.repository, int8=fp32, augmented_per_photo=1, reports_dir=tmp_path, log=lambda _: None)
-    assert report["gate"]["pass"]
-    assert report["metrics"]["all"]["top1_agreement"] == 1.0
-    assert set(report["metrics"]) == {"raw", "augmented", "all"}
-    saved = json.loads((tmp_path / "int8_evaluation.json").read_text())
-    assert saved["gate"] == report["gate"] and saved["evaluation_set"]["photos"] == [p["photo"] for p in report["photos"]]
-    assert saved["evaluation_set"]["calibration_photos_excluded"] == list(calibration.photo_split(classifier.repository)[0])
-    assert "| chelsea | tiger cat |" in (tmp_path / "int8_evaluation.md").read_text()
+    pipeline = loaded.load(classifier)
+    fp32 = classifier.onnx("fp32")
+    report = evaluate.evaluate(pipeline, candidate=fp32, augmented_per_photo=1, reports_dir=tmp_path, log=lambda _: None)
+    assert report["gate"]["pass"] and report["task"] == "classification"
+    assert report["sets"]["all"]["metrics"]["top1_agreement"] == 1.0
+    assert set(report["sets"]) == {"raw", "all"} and set(report["gate"]["checks"]) == {"top1_agreement", "top5_overlap", "cosine_mean"}
+    saved = json.loads((tmp_path / "evaluation.json").read_text())
+    assert saved["gate"] == report["gate"] and len(saved["evaluation_set"]["photos"]) == len(calibration.evaluation_sources(pipeline))
+    assert saved["evaluation_set"]["calibration_photos_excluded"] == list(calibration.photo_split(pipeline)[0])
+    assert "| all | top1_agreement | 1.0000 |" in (tmp_path / "evaluation.md").read_text()
 
 
 def test_failed_gate_exits_1_with_a_report(classifier, tmp_path, capsys):
-    fp32 = str(q.fp32_path(classifier.repository))
-    argv = [
-        "evaluate",
-        "--pipeline",
-        classifier.name,
-        "--int8",
-        fp32,
-        "--augmented-per-photo",
-        "0",
-        "--min-top1",
-        "1.01",
-        "--reports-dir",
-        str(tmp_path),
-    ]
-    assert cli.main(argv) == 1
-    assert "error: INT8 accuracy gate failed on 11 held-out images: top1_agreement 1.0000 < 1.01" in capsys.readouterr().err
-    assert (tmp_path / "int8_evaluation.md").read_text().startswith("# INT8 accuracy gate: FAIL")
+    fp32 = str(classifier.onnx("fp32"))
+    argv = ["evaluate", "--pipeline", classifier.name, "--candidate", fp32, "--augmented-per-photo", "0", "--gate", "min_top1=1.01"]
+    assert cli.main([*argv, "--reports-dir", str(tmp_path)]) == 1
+    assert "error: the precision gate failed on 11 held-out images: top1_agreement 1.0000 < 1.01" in capsys.readouterr().err
+    assert (tmp_path / "evaluation.md").read_text().startswith("# Precision gate of image_classifier (classification): FAIL")
+    assert cli.main([*argv[:-1], "min_iou=1", "--reports-dir", str(tmp_path)]) == 2
+    assert "--gate: unknown key(s) min_iou; this task's gate has min_cosine, min_top1, min_top5" in capsys.readouterr().err
 
 
 def test_missing_int8_model_is_a_usage_error(tmp_path, capsys):
-    argv = ["evaluate", "--pipeline", CLASSIFIER.name, "--int8", str(tmp_path / "missing.onnx"), "--reports-dir", str(tmp_path)]
+    argv = ["evaluate", "--pipeline", CLASSIFIER.name, "--candidate", str(tmp_path / "missing.onnx"), "--reports-dir", str(tmp_path)]
     assert cli.main(argv) == 2
     assert "run `python -m builders quantize` first" in capsys.readouterr().err
 
@@ -189,36 +164,27 @@ def test_served_scores_are_the_int8_models(int8_server, photo_bytes):
     server, pipeline = int8_server
     names = ["chelsea", "coffee", "camera", "astronaut"]
     _, scores, class_ids = _infer(server, [photo_bytes[n] for n in names])
-    config = model_config.load_config(pipeline.model_dir("preprocess"))
-    limits = preprocessing.limits_from_config(config)
-    batch = preprocessing.preprocess_batch(
-        [decode_rgb(photo_bytes[n], limits) for n in names], preprocessing.PreprocessSpec.from_config(config)
-    )
-    labels = classification.load_labels(pipeline.model_dir("postprocess") / "labels.txt", 1000)
-    expected = {}
-    for variant in ("cpu_int8", "cpu"):
-        core = OnnxCore(model_config.load_config(pipeline.core_dir, variant), pipeline.core_version_dir)
-        (logits,) = core.run({core.input_names[0]: batch})
-        expected[variant] = classification.top_k(logits, [5] * len(names), labels)
-    for row in range(len(names)):
-        assert class_ids[row].tolist() == expected["cpu_int8"][row].class_ids.tolist()
-        np.testing.assert_allclose(scores[row], expected["cpu_int8"][row].scores, atol=1e-4)
-    differences = [np.abs(scores[row] - expected["cpu"][row].scores).max() for row in range(len(names))]
+    configs = PipelineConfigs.load(pipeline)
+    expected = {
+        variant: ServedPipeline.load(configs, variant).run([photo_bytes[n] for n in names]).outputs() for variant in ("cpu_int8", "cpu")
+    }
+    np.testing.assert_array_equal(class_ids, expected["cpu_int8"]["CLASS_IDS"])
+    np.testing.assert_allclose(scores, expected["cpu_int8"]["SCORES"], atol=1e-4)
+    differences = [np.abs(scores[row] - expected["cpu"]["SCORES"][row]).max() for row in range(len(names))]
     assert max(differences) > 1e-3  # the FP32 core would have answered differently
 
 
 @pytest.mark.integration
 def test_gate_through_the_served_ensemble(int8_server, tmp_path):
     server, pipeline = int8_server
-    thresholds = evaluate.Thresholds(**REDUCED_GATE)  # the reduced calibration's model, as in test_quantize
     report = evaluate.evaluate(
-        pipeline.repository,
+        loaded.load(pipeline),
         server_url=server.grpc_url,
         augmented_per_photo=4,
-        thresholds=thresholds,
+        overrides=REDUCED_GATE,  # the reduced calibration's model, as in test_quantize
         reports_dir=tmp_path,
         log=lambda _: None,
     )
     assert report["mode"] == "server" and report["gate"]["pass"], report["gate"]
-    assert "cosine_mean" not in report["gate"]["checks"]
-    assert (tmp_path / "int8_evaluation_server.md").is_file()
+    assert "cosine_mean" not in report["gate"]["checks"]  # a served response has no logits
+    assert (tmp_path / "evaluation_server.md").is_file()

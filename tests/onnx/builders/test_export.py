@@ -14,19 +14,19 @@ import onnx
 import onnxruntime
 import pytest
 
-from builders import export, export_onnx, provenance
+from builders import export, export_onnx, loaded, provenance
 from vision_serving import layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
 REPOSITORY_ROOT = layout.REPOSITORY_ROOT
 CLASSIFIER = layout.pipeline("image_classifier")
-# The pipeline folder: the builders' repository argument (its own Triton model repository).
-PIPELINE_REPOSITORY = CLASSIFIER.repository
+# What the builders take: the pipeline with its configs and recipe loaded.
+PIPELINE = loaded.load(CLASSIFIER)
 
 
 @pytest.fixture(scope="module")
 def exported() -> export_onnx.ExportResult:
-    return export_onnx.export(PIPELINE_REPOSITORY, log=lambda message: None)
+    return export_onnx.export(PIPELINE, log=lambda message: None)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_second_run_is_up_to_date(exported: export_onnx.ExportResult) -> None:
     mtimes = [path.stat().st_mtime_ns for path in paths]
     messages: list[str] = []
 
-    again = export_onnx.export(PIPELINE_REPOSITORY, log=messages.append)
+    again = export_onnx.export(PIPELINE, log=messages.append)
 
     assert again.status == "up to date"
     assert messages == ["up to date"]
@@ -129,7 +129,7 @@ def test_second_run_is_up_to_date(exported: export_onnx.ExportResult) -> None:
 def test_recipe_export_dispatches_to_the_pytorch_export(exported: export_onnx.ExportResult) -> None:
     """The recipe's [source] kind efficientnet_lite0 is this export: same file, up to date."""
     messages: list[str] = []
-    result = export.export(PIPELINE_REPOSITORY, log=messages.append)
+    result = export.export(PIPELINE, log=messages.append)
     assert result.status == "up to date"
     assert result.onnx_path == exported.onnx_path
     assert result.provenance["input_hash"] == json.loads(exported.provenance_path.read_text())["input_hash"]
@@ -137,7 +137,7 @@ def test_recipe_export_dispatches_to_the_pytorch_export(exported: export_onnx.Ex
 
 
 def test_changed_or_tampered_outputs_are_not_up_to_date(exported: export_onnx.ExportResult, tmp_path: Path) -> None:
-    plan = export_onnx.plan_export(PIPELINE_REPOSITORY)
+    plan = export_onnx.plan_export(PIPELINE)
     current_hash = export_onnx.input_hash(export_onnx.input_record(plan))
     assert export_onnx.is_up_to_date(plan, current_hash)
     assert not export_onnx.is_up_to_date(plan, "0" * 64)

@@ -3,6 +3,7 @@ export. The passes themselves are tested in ``tests/onnx/builders/passes/``."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from builders import batch_profile, cli, fix_onnx, trt_compat
 from builders.passes import registry
 from tests.support.onnx_graphs import QUIET, attribute, fix, op_types, relu_model, run, tf_same_constant_chain_model
-from vision_serving import layout
+from vision_serving import layout, model_config
 
 CLASSIFIER = layout.pipeline("image_classifier")
 
@@ -89,11 +90,9 @@ def test_fix_in_place_leaves_an_unchanged_model_alone(tmp_path: Path) -> None:
 
 
 def test_cli_check_and_fix_default_to_the_core_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # A model repository holding one pipeline: a copy of the classifier's recipe and core config.
+    # A model repository holding one pipeline: a copy of the classifier's recipe and configs, another model.
     copy = layout.Pipeline.at(tmp_path / "model_repository" / CLASSIFIER.name)
-    copy.core_version_dir.mkdir(parents=True)
-    copy.recipe.write_text(CLASSIFIER.recipe.read_text())
-    (copy.core_dir / "config.pbtxt").write_text((CLASSIFIER.core_dir / "config.pbtxt").read_text())
+    shutil.copytree(CLASSIFIER.repository, copy.repository, ignore=shutil.ignore_patterns("*.onnx", "*.json", "__pycache__"))
     write(tf_same_constant_chain_model(), copy.onnx("fp32"))
     root = ["--model-repository", str(copy.repository.parent)]  # its only pipeline: no --pipeline needed
     assert cli.main(["check", *root]) == 0
@@ -133,7 +132,7 @@ def test_legacy_export_check_then_fix(legacy_model: onnx.ModelProto, photo_batch
     assert "runtime-shape" in codes and "batch-range-undeclared" in codes
     assert not raw.blocking
 
-    options = fix_onnx.options_for_repository(CLASSIFIER.repository, None, None, 1e-4, 1e-4)
+    options = fix_onnx.options_for_core(model_config.load_config(CLASSIFIER.core_dir), None, None, 1e-4, 1e-4)
     result = fix(legacy_model, list(registry.DEFAULT_PASSES), options)
     fixed = result.model
 

@@ -11,27 +11,27 @@ import json
 import numpy as np
 import pytest
 
-from builders import export, precision, references
-from vision_serving import image_codec, layout, model_config, preprocessing, segmentation
-from vision_serving.onnx_core import create_session
+from builders import export, loaded, precision, references
+from builders.loaded import LoadedPipeline
+from vision_serving import layout
+from vision_serving.tasks import segmentation
 
 PERSON_PHOTOS = ("astronaut", "grace_hopper", "camera")
 
 
 @pytest.fixture(scope="module")
-def segmenter() -> layout.Pipeline:
-    pipeline = layout.pipeline("person_segmenter")
-    export.export(pipeline.repository, log=lambda _: None)
+def segmenter() -> LoadedPipeline:
+    pipeline = loaded.load(layout.pipeline("person_segmenter"))
+    export.export(pipeline, log=lambda _: None)
     return pipeline
 
 
-def masks_of(pipeline: layout.Pipeline, onnx_file, optimization: str, photo_bytes: dict[str, bytes]) -> list[np.ndarray]:
-    config = model_config.load_config(pipeline.model_dir("preprocess"))
-    spec, limits = preprocessing.PreprocessSpec.from_config(config), preprocessing.limits_from_config(config)
-    images = [image_codec.decode_rgb(photo_bytes[name], limits) for name in PERSON_PHOTOS]
-    probabilities = create_session(onnx_file, optimization).run(None, {"images": preprocessing.preprocess_batch(images, spec)})[0]
-    spec_mask = precision.mask_spec(pipeline)
-    return [segmentation.decode_png(m.png) for m in segmentation.masks(probabilities, preprocessing.image_sizes(images), spec_mask)]
+def masks_of(pipeline: LoadedPipeline, onnx_file, optimization: str, photo_bytes: dict[str, bytes]) -> list[np.ndarray]:
+    """The served pipeline in process (decode, preprocessing, this ONNX, postprocessing): thresholded masks."""
+    served = pipeline.served(parameters=precision.rung_parameters(onnx_file, optimization))
+    result = served.run([photo_bytes[name] for name in PERSON_PHOTOS])
+    assert isinstance(result, segmentation.MaskResult)
+    return result.thresholded()
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +41,17 @@ def mediapipe(photo_bytes) -> list[np.ndarray]:
 
 
 def test_fp32_matches_mediapipe(segmenter, mediapipe, photo_bytes):
-    for mask, reference in zip(masks_of(segmenter, segmenter.onnx("fp32"), "all", photo_bytes), mediapipe):
+    for mask, reference in zip(masks_of(segmenter, segmenter.layout.onnx("fp32"), "all", photo_bytes), mediapipe):
         assert segmentation.iou(mask, reference) >= 0.98
 
 
 def test_the_served_precision_matches_mediapipe(segmenter, mediapipe, photo_bytes):
-    record = precision.select_precision(segmenter.repository, log=lambda _: None)
+    record = precision.select_precision(segmenter, log=lambda _: None)
     rungs = {rung["precision"]: rung for rung in record["rungs"]}
     assert record["precision"] in ("int8", "fp16", "fp32") and rungs[record["precision"]]["pass"]
     assert all(not rung["pass"] for name, rung in rungs.items() if name != record["precision"])  # the first passing rung
-    served = precision.served_onnx(segmenter)
-    assert served is not None and json.loads(segmenter.served_precision.read_text())["onnx"] == served.name
+    served = segmenter.layout.served_onnx()
+    assert served is not None and json.loads(segmenter.layout.served_precision.read_text())["onnx"] == served.name
     optimization = "disable_all" if record["precision"] == "int8" else "all"
     for mask, reference in zip(masks_of(segmenter, served, optimization, photo_bytes), mediapipe):
         assert segmentation.iou(mask, reference) >= 0.95

@@ -10,15 +10,15 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from builders import arguments, calibration, cli, recipe
+from builders import arguments, calibration, cli, loaded, recipe
 from builders import quantize as q
 from tests.support.pipelines import REDUCED_GATE, TEST_SAMPLES, built_classifier, int8_test_repository
 from vision_serving import layout
+from vision_serving.served import ServedInputs
 
-CLASSIFIER = layout.pipeline("image_classifier")
-SEGMENTER = layout.pipeline("person_segmenter")
+CLASSIFIER = loaded.load(layout.pipeline("image_classifier"))
+SEGMENTER = loaded.load(layout.pipeline("person_segmenter"))
 # A reduced calibration keeps CI time sane; the default (512 samples) runs in the slow test.
-# A model repository holding a copy of the image_classifier pipeline with that INT8 model.
 
 
 # --------------------------------------------------------------------------- Q/DQ checker on small graphs
@@ -138,18 +138,18 @@ def test_activation_per_channel_is_a_violation():
 
 @pytest.fixture(scope="module")
 def served():
-    return calibration.served_preprocessing(CLASSIFIER.repository)
+    return ServedInputs(CLASSIFIER.configs)
 
 
 @pytest.fixture(scope="module")
 def split():
     """(calibration, evaluation) photo names of the classifier's recipe."""
-    return calibration.photo_split(CLASSIFIER.repository)
+    return calibration.photo_split(CLASSIFIER)
 
 
 def test_split_is_disjoint_and_named(split):
     calibration_photos, evaluation_photos = split
-    section = recipe.load(CLASSIFIER).quantize
+    section = CLASSIFIER.recipe.quantize
     assert (calibration_photos, evaluation_photos) == (section.calibration_photos, section.evaluation_photos)
     assert len(calibration_photos) >= calibration.MIN_CALIBRATION_PHOTOS and evaluation_photos
     assert not set(calibration_photos) & set(evaluation_photos)
@@ -160,49 +160,47 @@ def test_split_is_disjoint_and_named(split):
 
 
 def test_each_pipeline_has_its_own_split():
-    segmenter_calibration, segmenter_evaluation = calibration.photo_split(SEGMENTER.repository)
+    segmenter_calibration, segmenter_evaluation = calibration.photo_split(SEGMENTER)
     assert not set(segmenter_calibration) & set(segmenter_evaluation)
-    assert (segmenter_calibration, segmenter_evaluation) != calibration.photo_split(CLASSIFIER.repository)
+    assert (segmenter_calibration, segmenter_evaluation) != calibration.photo_split(CLASSIFIER)
 
 
 def test_a_recipe_with_overlapping_photos_is_refused(tmp_path):
     copy = layout.Pipeline.at(tmp_path / CLASSIFIER.name)
     copy.repository.mkdir()
-    text = CLASSIFIER.recipe.read_text()
+    text = CLASSIFIER.layout.recipe.read_text()
     assert 'calibration_photos = ["astronaut",' in text
     copy.recipe.write_text(text.replace('calibration_photos = ["astronaut",', 'calibration_photos = ["coffee", "astronaut",', 1))
     with pytest.raises(recipe.RecipeError, match="calibration and evaluation photos overlap: coffee"):
-        calibration.photo_split(copy.repository)
+        recipe.load(copy.recipe, CLASSIFIER.task)
 
 
 def test_calibration_samples_come_only_from_calibration_photos(served, split):
-    _, limits = served
-    sources = calibration.calibration_sources(CLASSIFIER.repository)
+    limits = served.limits
+    sources = calibration.calibration_sources(CLASSIFIER)
     assert len(sources) >= calibration.MIN_CALIBRATION_PHOTOS
     samples = calibration.make_samples(sources, 24, 1, calibration.CALIBRATION_PROFILE, limits)
     assert {s.source for s in samples} <= set(split[0])
-    held_out = {s.sha256 for s in calibration.evaluation_sources(CLASSIFIER.repository)}
-    assert {s.name for s in calibration.evaluation_sources(CLASSIFIER.repository)} <= set(split[1])
+    held_out = {s.sha256 for s in calibration.evaluation_sources(CLASSIFIER)}
+    assert {s.name for s in calibration.evaluation_sources(CLASSIFIER)} <= set(split[1])
     assert not {calibration.Source("", s.data).sha256 for s in samples} & held_out
 
 
 def test_same_seed_same_samples_other_seed_other_samples(served):
-    spec, limits = served
-    sources = calibration.calibration_sources(CLASSIFIER.repository)[:4]
+    limits = served.limits
+    sources = calibration.calibration_sources(CLASSIFIER)[:4]
 
     def digest(seed: int) -> str:
         samples = calibration.make_samples(sources, 12, seed, calibration.CALIBRATION_PROFILE, limits)
-        return calibration.Source("", calibration.preprocess_samples(samples, spec, limits).tobytes()).sha256
+        return calibration.Source("", calibration.core_inputs(samples, served).tobytes()).sha256
 
     assert digest(5) == digest(5)
     assert digest(5) != digest(6)
 
 
 def test_augmentations_exercise_the_decoder(served):
-    _, limits = served
-    samples = calibration.make_samples(
-        calibration.calibration_sources(CLASSIFIER.repository), 40, 3, calibration.CALIBRATION_PROFILE, limits
-    )
+    limits = served.limits
+    samples = calibration.make_samples(calibration.calibration_sources(CLASSIFIER), 40, 3, calibration.CALIBRATION_PROFILE, limits)
     augmented = [s for s in samples if not s.transform.get("original")]
     formats = {s.transform["format"] for s in augmented}
     qualities = {s.transform["quality"] for s in augmented if s.transform["format"] == "jpeg"}
@@ -214,12 +212,12 @@ def test_augmentations_exercise_the_decoder(served):
 def test_calibration_set_is_saved_with_its_hash_and_reused(tmp_path, served):
     options = q.QuantizeOptions(samples=8)
     messages: list[str] = []
-    first, data = q.build_calibration_set(CLASSIFIER.repository, options, messages.append, directory=tmp_path)
-    assert data.shape == (8, *served[0].output_shape) and data.dtype == np.float32
+    first, data = q.build_calibration_set(CLASSIFIER, options, messages.append, directory=tmp_path)
+    assert data.shape == (8, *served.spec.output_shape) and data.dtype == np.float32
     manifest = json.loads(first.manifest_path.read_text())
     assert manifest["sha256"] == first.sha256 == q.sha256_file(first.path)
-    assert [s["source"] for s in manifest["samples"]][:3] == [s.name for s in calibration.calibration_sources(CLASSIFIER.repository)][:3]
-    second, again = q.build_calibration_set(CLASSIFIER.repository, options, messages.append, directory=tmp_path)
+    assert [s["source"] for s in manifest["samples"]][:3] == [s.name for s in calibration.calibration_sources(CLASSIFIER)][:3]
+    second, again = q.build_calibration_set(CLASSIFIER, options, messages.append, directory=tmp_path)
     assert second == first and np.array_equal(data, again)
     assert "up to date" in messages[-1]
 
@@ -229,25 +227,25 @@ def test_calibration_dir_rejects_held_out_photos(tmp_path):
 
     for name in ("astronaut", "brick", "grass", "coffee"):
         shutil.copy(photos.photo_path(name), tmp_path / photos.photo_path(name).name)
-    with pytest.raises(calibration.CalibrationError, match=r"coffee\.png \(= evaluation photo coffee\)"):
-        calibration.calibration_sources(CLASSIFIER.repository, tmp_path)
+    with pytest.raises(calibration.CalibrationError, match=r"coffee\.png \(= held-out image coffee\)"):
+        calibration.calibration_sources(CLASSIFIER, tmp_path)
     (tmp_path / "coffee.png").unlink()
     with pytest.raises(calibration.CalibrationError, match="calibration needs at least 4"):
-        calibration.calibration_sources(CLASSIFIER.repository, tmp_path)
+        calibration.calibration_sources(CLASSIFIER, tmp_path)
 
 
 def test_held_out_photos_are_the_pipelines_own(tmp_path):
     """coffee is held out by the classifier but calibrates the segmenter: only the classifier refuses it."""
     from builders import photos
 
-    assert "coffee" in calibration.photo_split(SEGMENTER.repository)[0]
+    assert "coffee" in calibration.photo_split(SEGMENTER)[0]
     for name in ("astronaut", "brick", "grass", "coffee"):
         shutil.copy(photos.photo_path(name), tmp_path / photos.photo_path(name).name)
-    assert [s.name for s in calibration.calibration_sources(SEGMENTER.repository, tmp_path)] == sorted(
+    assert [s.name for s in calibration.calibration_sources(SEGMENTER, tmp_path)] == sorted(
         photos.photo_path(name).name for name in ("astronaut", "brick", "grass", "coffee")
     )
-    with pytest.raises(calibration.CalibrationError, match=r"coffee\.png \(= evaluation photo coffee\)"):
-        calibration.calibration_sources(CLASSIFIER.repository, tmp_path)
+    with pytest.raises(calibration.CalibrationError, match=r"coffee\.png \(= held-out image coffee\)"):
+        calibration.calibration_sources(CLASSIFIER, tmp_path)
 
 
 # --------------------------------------------------------------------------- options and exclusions
@@ -266,36 +264,36 @@ def test_cli_reports_bad_options_in_one_line(capsys):
 
 
 def test_recipe_options_come_from_the_recipe():
-    options = q.recipe_options(CLASSIFIER.repository)
-    section = recipe.load(CLASSIFIER).quantize
+    options = q.recipe_options(CLASSIFIER)
+    section = CLASSIFIER.recipe.quantize
     assert options == q.QuantizeOptions(method=section.method, samples=section.samples, exclude=section.exclude)
     # The classifier's recipe keeps the measured defaults (docs/design.md, "INT8").
     assert options == q.QuantizeOptions()
-    segmenter = q.recipe_options(SEGMENTER.repository)
-    assert segmenter.samples == recipe.load(SEGMENTER).quantize.samples == 256 and segmenter.exclude == ()
+    segmenter = q.recipe_options(SEGMENTER)
+    assert segmenter.samples == SEGMENTER.recipe.quantize.samples == 256 and segmenter.exclude == ()
 
 
 def test_recipe_options_overrides_win_unless_none():
-    options = q.recipe_options(CLASSIFIER.repository, samples=8, method=None, exclude=(), seed=3)
+    options = q.recipe_options(CLASSIFIER, samples=8, method=None, exclude=(), seed=3)
     assert options.samples == 8 and options.seed == 3 and options.exclude == ()
-    assert options.method == recipe.load(CLASSIFIER).quantize.method
+    assert options.method == CLASSIFIER.recipe.quantize.method
     with pytest.raises(q.BuildError, match="unknown layer group"):
-        q.recipe_options(CLASSIFIER.repository, exclude=("stems",))
+        q.recipe_options(CLASSIFIER, exclude=("stems",))
 
 
 def test_cli_options_default_to_the_recipe():
     args = cli.build_parser().parse_args(["quantize", "--pipeline", SEGMENTER.name])
     arguments.resolve_pipeline(args)
-    assert args.repository == SEGMENTER.repository
-    assert q.options_from_args(args) == q.recipe_options(SEGMENTER.repository)
+    assert args.repository == SEGMENTER.layout.repository and args.loaded == SEGMENTER
+    assert q.options_from_args(args) == q.recipe_options(SEGMENTER)
     args = cli.build_parser().parse_args(["quantize", "--pipeline", SEGMENTER.name, "--samples", "16", "--exclude", "none"])
     arguments.resolve_pipeline(args)
-    assert q.options_from_args(args) == q.recipe_options(SEGMENTER.repository, samples=16, exclude=())
+    assert q.options_from_args(args) == q.recipe_options(SEGMENTER, samples=16, exclude=())
 
 
 @pytest.fixture(scope="module")
 def fp32_model():
-    return onnx.load(str(q.fp32_path(built_classifier().repository)))
+    return onnx.load(str(built_classifier().onnx("fp32")))
 
 
 def test_layer_groups_on_the_default_model(fp32_model):
@@ -342,11 +340,11 @@ def test_exclusions_resolve_to_node_names(fp32_model):
 
 @pytest.fixture(scope="module")
 def int8_repository():
-    return int8_test_repository().repository
+    return loaded.load(int8_test_repository())
 
 
 def test_quantized_default_model_is_tensorrt_style_int8(int8_repository):
-    path = q.int8_path(int8_repository)
+    path = int8_repository.layout.onnx("int8")
     model = onnx.load(str(path))
     assert q.qdq_violations(model) == []
     provenance = json.loads(path.with_name(path.name + ".json").read_text())
@@ -357,7 +355,7 @@ def test_quantized_default_model_is_tensorrt_style_int8(int8_repository):
     assert set(provenance["calibration"]["photos"]) <= set(calibration_photos)
     assert provenance["calibration"]["held_out_photos"] == list(evaluation_photos)
     assert not set(provenance["calibration"]["photos"]) & set(evaluation_photos)
-    assert provenance["input_onnx"]["sha256"] == q.sha256_file(q.fp32_path(int8_repository))
+    assert provenance["input_onnx"]["sha256"] == q.sha256_file(int8_repository.layout.onnx("fp32"))
     assert (
         provenance["output"]["sha256"] == q.sha256_file(path)
         and provenance["input_hashes"]["calibration"] == provenance["calibration"]["sha256"]
@@ -378,12 +376,10 @@ def test_quantize_is_idempotent(int8_repository):
 def test_gate_passes_on_the_reduced_calibration(int8_repository, tmp_path):
     from builders import evaluate
 
-    report = evaluate.evaluate(
-        int8_repository, augmented_per_photo=8, thresholds=evaluate.Thresholds(**REDUCED_GATE), reports_dir=tmp_path, log=lambda _: None
-    )
+    report = evaluate.evaluate(int8_repository, augmented_per_photo=8, overrides=REDUCED_GATE, reports_dir=tmp_path, log=lambda _: None)
     assert report["gate"]["pass"], report["gate"]
-    assert report["metrics"]["raw"]["top1_agreement"] >= 10 / 11  # the held-out photos as shipped
-    assert (tmp_path / "int8_evaluation.md").read_text().startswith("# INT8 accuracy gate: PASS")
+    assert report["sets"]["raw"]["metrics"]["top1_agreement"] >= 10 / 11  # the held-out photos as shipped
+    assert (tmp_path / "evaluation.md").read_text().startswith("# Precision gate of image_classifier (classification): PASS")
 
 
 @pytest.mark.slow
@@ -391,8 +387,8 @@ def test_default_quantization_passes_the_gate():
     """The recipe's options (512 samples) on the real pipeline, then the default gate."""
     from builders import evaluate
 
-    repository = built_classifier().repository
-    result = q.quantize(repository, q.recipe_options(repository))
+    pipeline = loaded.load(built_classifier())
+    result = q.quantize(pipeline, q.recipe_options(pipeline))
     assert result.provenance["calibration"]["samples"] == q.DEFAULT_SAMPLES >= 512
-    report = evaluate.evaluate(repository, log=lambda _: None)
-    assert report["gate"]["pass"] and report["metrics"]["all"]["top1_agreement"] >= 0.95
+    report = evaluate.evaluate(pipeline, log=lambda _: None)
+    assert report["gate"]["pass"] and report["sets"]["all"]["metrics"]["top1_agreement"] >= 0.95

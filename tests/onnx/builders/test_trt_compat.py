@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from builders import batch_profile, cli, trt_compat
 from tests.support.onnx_graphs import const, model, rng_array, value
-from vision_serving import layout
+from vision_serving import layout, model_config
 
 CLASSIFIER = layout.pipeline("image_classifier")
 
@@ -492,6 +492,6 @@ def test_check_after_fix_on_the_default_model(tmp_path: Path) -> None:
     if not source.is_file():
         pytest.skip(f"{source} is not built (python -m builders export --pipeline {CLASSIFIER.name})")
     assert not trt_compat.check_file(source).blocking
-    options = fix_onnx.options_for_repository(CLASSIFIER.repository, None, None, 1e-4, 1e-4)
+    options = fix_onnx.options_for_core(model_config.load_config(CLASSIFIER.core_dir), None, None, 1e-4, 1e-4)
     fixed = fix_onnx.fix_file(source, tmp_path / "fixed.onnx", registry.DEFAULT_PASSES, options, log=lambda _: None)
     assert trt_compat.check_model(fixed.model).findings == []

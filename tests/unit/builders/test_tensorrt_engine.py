@@ -39,7 +39,7 @@ def provenance(trt: str = "10.13.3.9", cc: str = "9.0") -> dict:
 
 
 def test_profile_from_the_real_core_config():
-    core = te.load_core_config(CLASSIFIER.repository)
+    core = te.load_core_config(CLASSIFIER)
     assert core.name == CLASSIFIER.model_name("core")
     (profile,) = te.optimization_profile(core)
     dims = tuple(core.input[0].dims)
@@ -64,18 +64,18 @@ def test_profile_without_batching_and_with_variable_dims():
 
 def test_the_cpu_variant_is_not_taken_for_the_plan(tmp_path):
     pipeline = tiny_pipeline(tmp_path)
-    assert te.load_core_config(pipeline.repository).name == "tiny_core"
+    assert te.load_core_config(pipeline).name == "tiny_core"
     config = pipeline.core_dir / "config.pbtxt"
     config.write_text(TINY_CONFIG.replace('platform: "tensorrt_plan"', 'backend: "python"'))
     with pytest.raises(model_config.ConfigError, match=re.escape("tiny_core/config.pbtxt: platform is 'python', expected 'tensorrt_plan'")):
-        te.load_core_config(pipeline.repository)
+        te.load_core_config(pipeline)
 
 
 def test_default_paths_are_the_pipelines(tmp_path):
-    assert te.default_plan(CLASSIFIER.repository) == CLASSIFIER.plan == CLASSIFIER.core_version_dir / te.PLAN_FILENAME
+    assert te.default_plan(CLASSIFIER) == CLASSIFIER.plan == CLASSIFIER.core_version_dir / te.PLAN_FILENAME
     pipeline = tiny_pipeline(tmp_path)
     # Before the precision ladder ran: the INT8 Q/DQ model.
-    assert te.default_onnx(pipeline.repository) == pipeline.onnx("int8") == pipeline.core_version_dir / te.QDQ_ONNX_FILENAME
+    assert te.default_onnx(pipeline) == pipeline.onnx("int8") == pipeline.core_version_dir / te.QDQ_ONNX_FILENAME
 
 
 def test_default_onnx_is_the_precision_the_ladder_chose(tmp_path):
@@ -84,9 +84,9 @@ def test_default_onnx_is_the_precision_the_ladder_chose(tmp_path):
     fp16.write_bytes(b"fp16 model")
     record = {"precision": "fp16", "onnx": fp16.name, "onnx_sha256": te.sha256_file(fp16)}
     pipeline.served_precision.write_text(json.dumps(record))
-    assert te.default_onnx(pipeline.repository) == fp16
+    assert te.default_onnx(pipeline) == fp16
     fp16.write_bytes(b"changed since the ladder measured it")
-    assert te.default_onnx(pipeline.repository) == pipeline.onnx("int8")
+    assert te.default_onnx(pipeline) == pipeline.onnx("int8")
 
 
 def test_release_cache_key_and_versions():
@@ -209,17 +209,17 @@ def write_plan(directory: Path, record: dict, payload: bytes = b"plan") -> Path:
 
 def test_verify_plan_outcomes(tmp_path):
     plan = write_plan(tmp_path, provenance())
-    assert te.verify_plan(plan, CLASSIFIER.repository, tensorrt_version="10.13.3", gpus=[H100], log=lambda _: None)
+    assert te.verify_plan(plan, CLASSIFIER, tensorrt_version="10.13.3", gpus=[H100], log=lambda _: None)
     with pytest.raises(te.VerificationError) as mismatch:
-        te.verify_plan(plan, CLASSIFIER.repository, tensorrt_version="11.4.1", gpus=[L4])
+        te.verify_plan(plan, CLASSIFIER, tensorrt_version="11.4.1", gpus=[L4])
     assert mismatch.value.exit_code == 1 and "\n" not in str(mismatch.value)
     assert "TensorRT 10.13.3" in str(mismatch.value) and "compute capability 9.0" in str(mismatch.value)
     plan.write_bytes(b"another plan")
     with pytest.raises(te.VerificationError, match="sha256 differs"):
-        te.verify_plan(plan, CLASSIFIER.repository, tensorrt_version="10.13.3", gpus=[H100])
+        te.verify_plan(plan, CLASSIFIER, tensorrt_version="10.13.3", gpus=[H100])
     (tmp_path / "model.plan.json").unlink()
     with pytest.raises(te.VerificationError, match="missing or unreadable provenance"):
-        te.verify_plan(plan, CLASSIFIER.repository, tensorrt_version="10.13.3", gpus=[H100])
+        te.verify_plan(plan, CLASSIFIER, tensorrt_version="10.13.3", gpus=[H100])
 
 
 def test_cli_says_tensorrt_is_missing(tmp_path, monkeypatch, capsys):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 import onnx
 import onnx_graphsurgeon as gs
 import pytest
 
-from builders import BuildError, export, export_onnx, fix_onnx, recipe
+from builders import BuildError, export, export_onnx, fix_onnx, loaded
 from builders.passes import batch, cleanup, registry
 from builders.passes.graph import PassError
 from vision_serving import layout
@@ -63,13 +64,13 @@ def test_one_name_check_for_every_caller(tmp_path: Path) -> None:
         registry.apply_passes(onnx.ModelProto(), ["nope"])
     # every recipe's [fix] passes; an unknown one stops export before any conversion
     for pipeline in layout.pipelines():
-        registry.check_names(recipe.load(pipeline).fix.passes, str(pipeline.recipe))
+        registry.check_names(loaded.load(pipeline).recipe.fix.passes, str(pipeline.recipe))
     classifier = layout.pipeline("image_classifier")
     copy = layout.Pipeline.at(tmp_path / "model_repository" / classifier.name)
-    copy.repository.mkdir(parents=True)
+    shutil.copytree(classifier.repository, copy.repository, ignore=shutil.ignore_patterns("*.onnx", "*.json", "__pycache__"))
     copy.recipe.write_text(classifier.recipe.read_text().replace('"fold_constants_and_cleanup"]', '"fold_constants"]'))
     with pytest.raises(registry.UnknownPassError, match=r"pipeline.toml \[fix\] passes: unknown pass\(es\) fold_constants;"):
-        export.export(copy.repository)
+        export.export(loaded.load(copy))
 
 
 def test_config_bound_passes_need_the_config() -> None:
