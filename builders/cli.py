@@ -2,8 +2,9 @@
 
 Steps are added by writing an ``_add_<step>`` function that registers a
 subparser whose ``run`` default returns an exit code, and listing it in
-``STEPS`` (planned: check, fix, quantize, evaluate, build-engine). Heavy
-imports (torch, onnx) happen inside ``run`` so ``--help`` stays instant.
+``STEPS``. A step's ``run`` gets the chosen pipeline loaded once
+(``args.loaded``: :class:`builders.loaded.LoadedPipeline`). Heavy imports
+(torch, onnx) happen inside ``run`` so ``--help`` stays instant.
 
 Exit codes: 0 success, 1 a check failed, 2 user error (missing file, bad
 configuration, bad arguments). Errors print one ``error: ...`` line to
@@ -17,7 +18,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from builders import arguments, tensorrt_engine
-from vision_serving import layout
 
 StepAdder = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", argparse.ArgumentParser], None]
 
@@ -25,7 +25,7 @@ StepAdder = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", arg
 def _run_export(args: argparse.Namespace) -> int:
     from builders import export
 
-    export.export(args.repository, force=args.force)
+    export.export(args.loaded, force=args.force)
     return 0
 
 
@@ -123,17 +123,27 @@ def _add_new_pipeline(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     def run(args: argparse.Namespace) -> int:
         from builders import scaffold
 
-        scaffold.new_pipeline(args.name, args.template, args.model_repository)
+        scaffold.new_pipeline(
+            args.name, args.template, args.model_repository, model=args.model, labels=args.labels, head=args.head, imgsz=args.imgsz
+        )
         return 0
 
     parser = subparsers.add_parser(
         "new-pipeline",
         parents=[common],
-        help="start a pipeline folder from an existing one (renamed models, no built artifacts)",
-        description="Copy model_repository/TEMPLATE to model_repository/NAME, renaming its ensemble and models.",
+        help="start a pipeline folder: from an existing pipeline, or from your model file (--from yolo --model FILE)",
+        description=(
+            "Copy model_repository/TEMPLATE to model_repository/NAME, renaming its ensemble and models (--from a pipeline), "
+            "or write a complete pipeline for a model file of a family (--from yolo --model FILE.onnx: the head, input size "
+            "and class names from Ultralytics' ONNX metadata, else the shapes and --labels)."
+        ),
     )
     parser.add_argument("name", help="the new pipeline (and ensemble) name: lower-case letters, digits, _")
-    parser.add_argument("--from", dest="template", required=True, metavar="TEMPLATE", help="the pipeline to copy")
+    parser.add_argument("--from", dest="template", required=True, metavar="TEMPLATE", help="a pipeline to copy, or a model family: yolo")
+    parser.add_argument("--model", type=Path, metavar="FILE", help="--from yolo: the ONNX export to serve (copied into the folder)")
+    parser.add_argument("--labels", type=Path, metavar="FILE", help="--from yolo: class names, one per line (default: the export's names)")
+    parser.add_argument("--head", metavar="HEAD", help="--from yolo: yolo, yolo_v5 or end2end, when the output's shape fits two")
+    parser.add_argument("--imgsz", metavar="H,W", help="--from yolo: the input size when the export's is dynamic and has no imgsz metadata")
     parser.set_defaults(run=run)
 
 
@@ -157,9 +167,9 @@ def _add_all(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], co
     parser.set_defaults(run=_run_all)
 
 
-def _core_onnx(repository: Path) -> Path:
+def _core_onnx(args: argparse.Namespace) -> Path:
     """The export step's ONNX (<pipeline>_core/1/model.onnx): what check and fix work on by default."""
-    return layout.Pipeline.at(repository).onnx("fp32")
+    return args.loaded.layout.onnx("fp32")
 
 
 def _run_check(args: argparse.Namespace) -> int:
@@ -167,7 +177,7 @@ def _run_check(args: argparse.Namespace) -> int:
 
     from builders import trt_compat
 
-    report = trt_compat.check_file(args.model or _core_onnx(args.repository), max_batch=args.max_batch)
+    report = trt_compat.check_file(args.model or _core_onnx(args), max_batch=args.max_batch)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.format_text())
     return 1 if report.blocking else 0
 
@@ -200,8 +210,8 @@ def _run_fix(args: argparse.Namespace) -> int:
     names = fix_onnx.parse_pass_list(args.passes)
     atol = fix_onnx.DEFAULT_ATOL if args.atol is None else args.atol
     rtol = fix_onnx.DEFAULT_RTOL if args.rtol is None else args.rtol
-    options = fix_onnx.options_for_repository(args.repository, args.max_batch, args.opt_batch, atol, rtol)
-    source = args.input or _core_onnx(args.repository)
+    options = fix_onnx.options_for_core(args.loaded.configs.core(), args.max_batch, args.opt_batch, atol, rtol)
+    source = args.input or _core_onnx(args)
     fix_onnx.fix_file(source, args.output or source, names, options, force=args.force)
     return 0
 

@@ -6,15 +6,18 @@ cv2 and the standard library, never ``builders``.
 
 Usage::
 
-    python builders/mediapipe_reference.py selfie_segmentation --out OUT.npz IMAGE...
-    python builders/mediapipe_reference.py face_detection --out OUT.npz IMAGE...
+    python builders/mediapipe_reference.py selfie_segmentation [--model-selection 1] --out OUT.npz IMAGE...
+    python builders/mediapipe_reference.py face_detection [--model-selection 1] --out OUT.npz IMAGE...
 
 Images are read with cv2 and converted BGR -> RGB. The .npz holds:
 
-* ``mediapipe_version``, ``task``, ``images`` (the paths as given), ``sizes`` ([N, 2]: height, width);
-* selfie_segmentation (``SelfieSegmentation(model_selection=0)``): key ``"<i>"``: image i's float32
+``--model-selection`` picks MediaPipe's model (default 0): for selfie_segmentation 0 is the general
+256x256 model, 1 the landscape 144x256 one; for face_detection 0 is the short-range model, 1 the full-range.
+
+* ``mediapipe_version``, ``task``, ``model_selection``, ``images`` (the paths as given), ``sizes`` ([N, 2]: height, width);
+* selfie_segmentation (``SelfieSegmentation(model_selection=M)``): key ``"<i>"``: image i's float32
   mask [H, W] at the original size, values in [0, 1];
-* face_detection (``FaceDetection(model_selection=0, min_detection_confidence=0.5)``), per image i:
+* face_detection (``FaceDetection(model_selection=M, min_detection_confidence=0.5)``), per image i:
   ``"<i>_boxes"`` [F, 4] float32 pixels (x_min, y_min, x_max, y_max), ``"<i>_scores"`` [F],
   ``"<i>_keypoints"`` [F, 6, 2] pixels (x, y): right eye, left eye, nose tip, mouth centre,
   right ear tragion, left ear tragion (MediaPipe's order).
@@ -42,9 +45,9 @@ def _read_rgb(path: str) -> np.ndarray:
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
-def selfie_segmentation(images: list[np.ndarray]) -> dict[str, np.ndarray]:
+def selfie_segmentation(images: list[np.ndarray], model_selection: int) -> dict[str, np.ndarray]:
     results: dict[str, np.ndarray] = {}
-    with mp.solutions.selfie_segmentation.SelfieSegmentation(model_selection=0) as segmenter:
+    with mp.solutions.selfie_segmentation.SelfieSegmentation(model_selection=model_selection) as segmenter:
         for index, image in enumerate(images):
             mask = segmenter.process(image).segmentation_mask
             if mask is None:
@@ -53,9 +56,9 @@ def selfie_segmentation(images: list[np.ndarray]) -> dict[str, np.ndarray]:
     return results
 
 
-def face_detection(images: list[np.ndarray]) -> dict[str, np.ndarray]:
+def face_detection(images: list[np.ndarray], model_selection: int) -> dict[str, np.ndarray]:
     results: dict[str, np.ndarray] = {}
-    with mp.solutions.face_detection.FaceDetection(model_selection=0, min_detection_confidence=0.5) as detector:
+    with mp.solutions.face_detection.FaceDetection(model_selection=model_selection, min_detection_confidence=0.5) as detector:
         for index, image in enumerate(images):
             height, width = image.shape[:2]
             boxes, scores, keypoints = [], [], []
@@ -80,14 +83,17 @@ def face_detection(images: list[np.ndarray]) -> dict[str, np.ndarray]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("task", choices=TASKS)
+    parser.add_argument("--model-selection", type=int, choices=(0, 1), default=0, help="MediaPipe's model_selection (default: 0)")
     parser.add_argument("--out", required=True, type=Path, help="the .npz to write")
     parser.add_argument("images", nargs="+", help="image files (anything cv2.imread reads)")
     args = parser.parse_args(argv)
     images = [_read_rgb(path) for path in args.images]
-    outputs = selfie_segmentation(images) if args.task == "selfie_segmentation" else face_detection(images)
+    run = selfie_segmentation if args.task == "selfie_segmentation" else face_detection
+    outputs = run(images, args.model_selection)
     record = {
         "mediapipe_version": np.asarray(mp.__version__),
         "task": np.asarray(args.task),
+        "model_selection": np.asarray(args.model_selection),
         "images": np.asarray(args.images),
         "sizes": np.asarray([image.shape[:2] for image in images], dtype=np.int64).reshape(-1, 2),
         **outputs,

@@ -32,16 +32,23 @@ def _suffix(data: bytes) -> str:
     return ".jpg" if image_codec.sniff_format(data) == "jpeg" else ".png"
 
 
-def mediapipe_outputs(task: str, photos: dict[str, bytes], log: Log = log_to_stderr) -> dict[str, Any]:
+def mediapipe_outputs(task: str, photos: dict[str, bytes], log: Log = log_to_stderr, model_selection: int = 0) -> dict[str, Any]:
     """Per photo name: the float mask [H, W] (selfie_segmentation), or {"boxes", "scores",
-    "keypoints"} in pixels (face_detection), from MediaPipe's own runtime."""
+    "keypoints"} in pixels (face_detection), from MediaPipe's own runtime with its ``model_selection``
+    (selfie segmentation: 0 general 256x256, 1 landscape 144x256)."""
     names = sorted(photos)
     key = hashlib.sha256(
         "\n".join(
-            [task, sha256_file(SCRIPT), sha256_file(build_envs.requirements_file(ENV)), *(f"{n}:{sha256_bytes(photos[n])}" for n in names)]
+            [
+                task,
+                str(model_selection),
+                sha256_file(SCRIPT),
+                sha256_file(build_envs.requirements_file(ENV)),
+                *(f"{n}:{sha256_bytes(photos[n])}" for n in names),
+            ]
         ).encode()
     ).hexdigest()[:20]
-    cache = CACHE_DIR / f"{task}-{key}.npz"
+    cache = CACHE_DIR / f"{task}{'' if model_selection == 0 else f'-{model_selection}'}-{key}.npz"
     if not cache.is_file():
         build_envs.ensure_env(ENV, log)
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -52,8 +59,8 @@ def mediapipe_outputs(task: str, photos: dict[str, bytes], log: Log = log_to_std
                 path.write_bytes(photos[name])
                 paths.append(str(path))
             partial = Path(scratch) / "out.npz"
-            log(f"running MediaPipe {task} on {len(names)} photos")
-            build_envs.run_in_env(ENV, [str(SCRIPT), task, "--out", str(partial), *paths], log)
+            log(f"running MediaPipe {task} (model_selection={model_selection}) on {len(names)} photos")
+            build_envs.run_in_env(ENV, [str(SCRIPT), task, "--model-selection", str(model_selection), "--out", str(partial), *paths], log)
             partial.replace(cache)
     with np.load(cache, allow_pickle=False) as data:
         if task == "selfie_segmentation":

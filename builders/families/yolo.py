@@ -1,0 +1,520 @@
+"""``new-pipeline NAME --from yolo --model PATH.onnx``: a complete detection pipeline for a YOLO ONNX export.
+
+What the model is comes from the file itself:
+
+- the metadata Ultralytics writes into its ONNX exports (``names``, ``imgsz``, ``stride``,
+  ``task``, ``end2end``, ``batch``), else the input and output shapes and ``--labels``;
+- the head (:mod:`vision_serving.tasks.detection_heads`), from the output's shape and the class
+  count: ``yolo`` for ``[N, 4 + C, A]`` (YOLOv5u, v8, 11, 26), ``yolo_v5`` for ``[N, A, 5 + C]``
+  (the original YOLOv5), ``end2end`` for ``[N, K, 6]`` with NMS inside (Ultralytics' metadata
+  says so for its ``nms=True`` and NMS-free exports); ``--head`` settles a shape that fits two;
+- the batch: a dynamic batch dim is served as is; a static batch of 1 (Ultralytics' default
+  ``dynamic=False``) is made dynamic by the ``batch_dimension`` pass where the graph allows it
+  (tried here, on onnxruntime: a batch of 2 must give what its images give one by one), else
+  the pipeline serves batch 1 (``max_batch_size`` 1).
+
+It writes the pipeline folder: the model (pinned by sha256 in the recipe), the labels, the
+recipe, the ensemble and its preprocess (Ultralytics' letterbox: ``yolo_letterbox``, pad 114,
+RGB / 255, NCHW), core (TensorRT plan; onnxruntime and OpenVINO variants on CPU) and
+postprocess (the detection task with Ultralytics' predictor defaults: score 0.25, IoU 0.7,
+300 detections, class-aware NMS). A model this does not support is refused in one line that
+says what was found and what is supported.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from builders import BuildError, Log
+from builders.artifacts import sha256_file
+from vision_serving import layout
+
+FORMATS = "yolo [N, 4+C, A] (YOLOv5u, v8, 11, 26), yolo_v5 [N, A, 5+C] (the original YOLOv5), end2end [N, K, 6] (NMS in the model)"
+HEADS = ("yolo", "yolo_v5", "end2end")
+MODEL_FILE = "model.onnx"
+LABELS_FILE = "labels.txt"
+MAX_BATCH = 16
+# Ultralytics' predictor defaults (ultralytics/cfg/default.yaml: conf 0.25 for predict, iou 0.7, max_det 300).
+SCORE_THRESHOLD, IOU_THRESHOLD, MAX_DETECTIONS = 0.25, 0.7, 300
+# The fix passes a static batch of 1 needs: the batch made symbolic, then Reshape targets that start with a literal 1 unpinned.
+BATCH_PASSES = ["stable_io_names", "batch_dimension", "batch_reshape_placeholder", "batch_dimension"]
+
+
+class UnsupportedModel(BuildError):
+    """The ONNX is not a YOLO detector this bundle can serve; the message says what was found."""
+
+
+@dataclass(frozen=True)
+class YoloModel:
+    input_name: str
+    height: int
+    width: int
+    output_name: str
+    output_shape: tuple[int | str, ...]
+    head: str
+    names: tuple[str, ...]
+    static_batch: bool
+    ultralytics: bool  # the export carries Ultralytics' metadata
+    nonzero_on_bool: bool = False  # NMS in the graph selects with NonZero on BOOL, which TensorRT does not take
+
+    @property
+    def output_dims(self) -> list[int]:
+        """The output's per-image dims, as the configs declare them."""
+        return [int(d) for d in self.output_shape[1:]]
+
+
+def _dims(value: Any) -> tuple[int | str, ...]:
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in value.type.tensor_type.shape.dim)
+
+
+def _names(metadata: dict[str, str], labels: Path | None) -> tuple[str, ...]:
+    if labels is not None:
+        if not labels.exists():
+            raise BuildError(f"--labels {labels}: no such file")
+        names = tuple(line.strip() for line in labels.read_text(encoding="utf-8").splitlines() if line.strip())
+        if not names:
+            raise BuildError(f"--labels {labels}: no labels (one per line, in class-id order)")
+        return names
+    if "names" not in metadata:
+        return ()
+    try:
+        parsed = ast.literal_eval(metadata["names"])
+    except (ValueError, SyntaxError):
+        raise UnsupportedModel(f"the model's 'names' metadata is not a dict of class names: {metadata['names'][:80]!r}") from None
+    if isinstance(parsed, dict):
+        return tuple(str(parsed[key]) for key in sorted(parsed))
+    return tuple(str(item) for item in parsed)
+
+
+def _head(shape: tuple[int | str, ...], classes: int | None, metadata: dict[str, str], forced: str | None, where: str) -> str:
+    """The head of a ``[N, a, b]`` output, checked against the class count where it is known."""
+    found = f"{where} has shape {list(shape)}"
+    if len(shape) != 3 or not all(isinstance(d, int) and d > 0 for d in shape[1:]):
+        raise UnsupportedModel(f"{found}; supported: {FORMATS}, with fixed sizes past the batch")
+    a, b = int(shape[1]), int(shape[2])
+    fits = {
+        "yolo": a > 4 and (a == 4 + classes if classes else a < b),
+        "yolo_v5": b > 5 and (b == 5 + classes if classes else a > b),
+        "end2end": b == 6,
+    }
+    if forced is not None:
+        if forced not in HEADS:
+            raise UnsupportedModel(f"--head {forced!r} is not one of {', '.join(HEADS)}")
+        if not fits[forced]:
+            raise UnsupportedModel(f"{found}, which is not --head {forced}; supported: {FORMATS}")
+        return forced
+    if metadata.get("end2end", "").lower() == "true" or _exported_with_nms(metadata):
+        if fits["end2end"]:
+            return "end2end"
+        raise UnsupportedModel(f"{found} but its metadata says NMS is in the model (end2end); supported: {FORMATS}")
+    candidates = [head for head in HEADS if fits[head]]
+    if not candidates:
+        detail = f" for its {classes} classes" if classes else ""
+        raise UnsupportedModel(f"{found}, which is none of the supported formats{detail}: {FORMATS}")
+    if len(candidates) > 1:
+        raise UnsupportedModel(f"{found}, which fits {' and '.join(candidates)}: pass --head")
+    if classes is None and candidates[0] != "end2end":
+        raise UnsupportedModel(f"{found} and no class names (no Ultralytics metadata): pass --labels FILE (one label per line)")
+    return candidates[0]
+
+
+def _exported_with_nms(metadata: dict[str, str]) -> bool:
+    """Ultralytics' ``export(nms=True)``: its ``args`` metadata records it (``end2end`` stays False)."""
+    try:
+        args = ast.literal_eval(metadata.get("args", "{}"))
+    except (ValueError, SyntaxError):
+        return False
+    return isinstance(args, dict) and args.get("nms") is True
+
+
+def inspect(path: Path, labels: Path | None = None, head: str | None = None, imgsz: tuple[int, int] | None = None) -> YoloModel:
+    """What ``path`` is, or ``UnsupportedModel`` in one line."""
+    import onnx
+
+    if not path.is_file():
+        raise BuildError(f"--model {path}: no such file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # protobuf's DecodeError and friends
+        raise UnsupportedModel(f"{path}: not an ONNX model ({type(error).__name__})") from None
+    metadata = {prop.key: prop.value for prop in model.metadata_props}
+    task = metadata.get("task")
+    if task is not None and task != "detect":
+        raise UnsupportedModel(f"{path.name} is an Ultralytics '{task}' model; supported: 'detect' models, as {FORMATS}")
+    initializers = {item.name for item in model.graph.initializer}
+    inputs = [item for item in model.graph.input if item.name not in initializers]
+    outputs = list(model.graph.output)
+    if len(inputs) != 1:
+        raise UnsupportedModel(f"{path.name} has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}); supported: one image input")
+    if len(outputs) != 1:
+        raise UnsupportedModel(
+            f"{path.name} has {len(outputs)} outputs ({', '.join(o.name for o in outputs)}); supported: one detection output, as {FORMATS}"
+        )
+    source, output = inputs[0], outputs[0]
+    in_shape = _dims(source)
+    if source.type.tensor_type.elem_type != onnx.TensorProto.FLOAT or len(in_shape) != 4 or in_shape[1] != 3:
+        raise UnsupportedModel(f"{path.name}: input '{source.name}' is {list(in_shape)}; supported: a float32 [N, 3, H, W] image (NCHW)")
+    if output.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+        raise UnsupportedModel(f"{path.name}: output '{output.name}' is not float32")
+    size = imgsz or _size(metadata, in_shape, path.name)
+    names = _names(metadata, labels)
+    chosen = _head(_dims(output), len(names) or None, metadata, head, f"{path.name}: output '{output.name}'")
+    if not names:
+        raise UnsupportedModel(f"{path.name}: the {chosen} output does not give the class count and the model has no names: pass --labels")
+    return YoloModel(
+        input_name=source.name,
+        height=size[0],
+        width=size[1],
+        output_name=output.name,
+        output_shape=_dims(output),
+        head=chosen,
+        names=names,
+        static_batch=in_shape[0] == 1,
+        ultralytics="imgsz" in metadata,
+        nonzero_on_bool=any(node.op_type == "NonZero" for node in model.graph.node),
+    )
+
+
+def _size(metadata: dict[str, str], shape: tuple[int | str, ...], where: str) -> tuple[int, int]:
+    if isinstance(shape[2], int) and isinstance(shape[3], int) and shape[2] > 0 and shape[3] > 0:
+        return int(shape[2]), int(shape[3])
+    if "imgsz" in metadata:
+        value = ast.literal_eval(metadata["imgsz"])
+        height, width = (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
+        return height, width
+    raise UnsupportedModel(f"{where}: the input size is dynamic ({list(shape)}) and no imgsz metadata says it: pass --imgsz H,W")
+
+
+# --------------------------------------------------------------------------- the batch
+
+
+def batch_passes(model: YoloModel, path: Path, log: Log) -> tuple[list[str], int]:
+    """The fix passes and max_batch_size: a dynamic batch as is; a static batch of 1 made dynamic when the
+    fixed graph gives a batch of 2 what its images give one by one; else batch 1."""
+    import onnx
+    import onnxruntime
+
+    from builders import fix_onnx
+    from vision_serving.onnx_core import create_session
+
+    onnxruntime.set_default_logger_severity(3)  # a graph the pass cannot batch fails below: its log would be noise
+    cast = ["cast_nonzero_input"] if model.nonzero_on_bool else []
+    if not model.static_batch:
+        return [*cast, "stable_io_names"], MAX_BATCH
+    core = _core_config(model, "probe", MAX_BATCH)
+    options = fix_onnx.FixOptions.from_config(
+        core, max_batch=MAX_BATCH, opt_batch=None, atol=fix_onnx.DEFAULT_ATOL, rtol=fix_onnx.DEFAULT_RTOL
+    )
+    try:
+        fixed = fix_onnx.fix_model(onnx.load(str(path)), [*cast, *BATCH_PASSES], options, lambda _: None).model
+        scratch = layout.BUILD_DIR / "new-pipeline"
+        scratch.mkdir(parents=True, exist_ok=True)
+        probe = scratch / "batch_probe.onnx"
+        probe.write_bytes(fixed.SerializeToString())
+        session = create_session(probe)
+        images = np.random.default_rng(0).random((2, 3, model.height, model.width), dtype=np.float32)
+        name = session.get_inputs()[0].name
+        together = session.run(None, {name: images})[0]
+        alone = np.concatenate([session.run(None, {name: images[i : i + 1]})[0] for i in range(2)])
+        if together.shape == alone.shape and np.allclose(together, alone, atol=1e-3, rtol=1e-3):
+            log(f"the static batch of 1 becomes dynamic ({', '.join(BATCH_PASSES[1:])}): max_batch_size {MAX_BATCH}")
+            return [*cast, *BATCH_PASSES], MAX_BATCH
+        reason = "a batch of 2 gives other answers than its images one by one"
+    except Exception as error:  # a pass or onnxruntime refusing the rewritten graph
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    log(f"the static batch of 1 cannot be made dynamic ({reason}): the pipeline serves batch 1; export with dynamic=True to batch")
+    return [*cast, "stable_io_names"], 1
+
+
+# --------------------------------------------------------------------------- the files
+
+
+QUEUE = """  default_queue_policy {{
+    timeout_action: REJECT
+    default_timeout_microseconds: 10000000
+    allow_timeout_override: true
+    max_queue_size: {size}
+  }}"""
+DRIFT = """  {{ key: "drift_enabled", value: {{ string_value: "true" }} }},
+  {{ key: "drift_window", value: {{ string_value: "512" }} }},
+  {{ key: "drift_min_samples", value: {{ string_value: "128" }} }},
+  {{ key: "drift_update_every", value: {{ string_value: "32" }} }},
+  {{ key: "drift_reference", value: {{ string_value: "drift_reference.json" }} }}"""
+
+
+def _tensor(name: str, datatype: str, dims: list[int], optional: bool = False) -> str:
+    extra = "\n    optional: true" if optional else ""
+    return f'  {{\n    name: "{name}"\n    data_type: {datatype}\n    dims: [ {", ".join(str(d) for d in dims)} ]{extra}\n  }}'
+
+
+def _tensors(items: list[str]) -> str:
+    return "[\n" + ",\n".join(items) + "\n]"
+
+
+def _parameters(values: dict[str, str], drift: bool = False) -> str:
+    rows = [f'  {{ key: "{key}", value: {{ string_value: "{value}" }} }}' for key, value in values.items()]
+    if drift:
+        rows.append(DRIFT.format())
+    return "parameters [\n" + ",\n".join(rows) + "\n]"
+
+
+def _batching(delay_us: int, queue: int) -> str:
+    return f"dynamic_batching {{\n  max_queue_delay_microseconds: {delay_us}\n{QUEUE.format(size=queue)}\n}}"
+
+
+def _instances(kind: str, count: int) -> str:
+    return f"instance_group [\n  {{\n    kind: {kind}\n    count: {count}\n  }}\n]"
+
+
+# CPU variants of the core (the same tensors): name -> (what it is, backend block, parameters, instances, queue delay).
+CPU_VARIANTS: dict[str, tuple[str, str, dict[str, str], int, int]] = {
+    "cpu": ("The default CPU core: the FP32 ONNX on onnxruntime", 'backend: "python"',
+            {"runtime": "onnxruntime", "onnx_file": MODEL_FILE, "graph_optimization": "all", "intra_op_threads": "1"}, 2, 1000),
+    "cpu_onnxruntime": ("The FP32 ONNX on onnxruntime (as cpu)", 'backend: "python"',
+                        {"runtime": "onnxruntime", "onnx_file": MODEL_FILE, "graph_optimization": "all", "intra_op_threads": "1"}, 2, 1000),
+    "cpu_int8": ("The INT8 Q/DQ ONNX on onnxruntime with optimizations off: an emulation of TensorRT's INT8", 'backend: "python"',
+                 {"onnx_file": layout.INT8_ONNX, "graph_optimization": "disable_all", "intra_op_threads": "2"}, 1, 2000),
+    "cpu_openvino": ("The precision the ladder chose, on OpenVINO's CPU plugin", 'backend: "python"',
+                     {"runtime": "openvino", "precision": "served", "performance_hint": "LATENCY", "num_streams": "1",
+                      "inference_threads": "1", "cpu_pinning": "false"}, 2, 1000),
+    "cpu_openvino_fp32": ("The FP32 ONNX on OpenVINO's CPU plugin", 'backend: "python"',
+                          {"runtime": "openvino", "precision": "fp32", "performance_hint": "LATENCY", "num_streams": "1",
+                           "inference_threads": "1", "cpu_pinning": "false"}, 2, 1000),
+    "cpu_openvino_backend": ("The FP32 ONNX on Triton's own openvino backend (NVIDIA's server image)",
+                             f'backend: "openvino"\ndefault_model_filename: "{MODEL_FILE}"',
+                             {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "1", "ENABLE_BATCH_PADDING": "YES"},
+                             2, 5000),
+}  # fmt: skip
+
+
+def _core_io(model: YoloModel) -> str:
+    return (
+        f"input {_tensors([_tensor('images', 'TYPE_FP32', [3, model.height, model.width])])}\n"
+        f"output {_tensors([_tensor('predictions', 'TYPE_FP32', model.output_dims)])}"
+    )
+
+
+def _core_config(model: YoloModel, name: str, max_batch: int) -> Any:
+    """The core's ModelConfig as the fix passes read it (names, dims, batch)."""
+    from vision_serving import model_config
+
+    return model_config.parse_config_text(
+        f'name: "{name}_core"\nplatform: "tensorrt_plan"\nmax_batch_size: {max_batch}\n{_core_io(model)}\n'
+    )
+
+
+def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: list[str], max_batch: int) -> dict[str, str]:
+    """Every text file of the pipeline folder, by its path in the folder."""
+    heads = {"yolo": "[4 + classes, anchors]", "yolo_v5": "[anchors, 5 + classes]", "end2end": "[detections, 6]"}
+    header = f"# Written by `python -m builders new-pipeline {name} --from yolo` for {source_name} ({model.head} head)."
+    queue = max(16, 2 * max_batch)
+    thresholds = [_tensor("SCORE_THRESHOLD", "TYPE_FP32", [1], True), _tensor("IOU_THRESHOLD", "TYPE_FP32", [1], True)]
+    geometry = [_tensor("IMAGE_SIZE", "TYPE_INT32", [2]), _tensor("IMAGE_TRANSFORM", "TYPE_FP32", [4])]
+    answers = _tensors(
+        [
+            _tensor("BOXES", "TYPE_FP32", [-1, 4]),
+            _tensor("SCORES", "TYPE_FP32", [-1]),
+            _tensor("CLASS_IDS", "TYPE_INT32", [-1]),
+            _tensor("LABELS", "TYPE_STRING", [-1]),
+            _tensor("COUNT", "TYPE_INT32", [1]),
+        ]
+    )
+    request = _tensors([_tensor("IMAGE", "TYPE_STRING", [1]), *thresholds])
+    image = _tensors([_tensor("IMAGE", "TYPE_STRING", [1])])
+    pixels = _tensors([_tensor("PIXELS", "TYPE_FP32", [3, model.height, model.width]), *geometry])
+    predictions = _tensors([_tensor("PREDICTIONS", "TYPE_FP32", model.output_dims), *geometry, *thresholds])
+    preprocess_parameters = _parameters(
+        {
+            "layout": "NCHW",
+            "color_order": "RGB",
+            "resize": "yolo_letterbox",
+            "interpolation": "bilinear",
+            "pad_value": "114",
+            "mean": "0,0,0",
+            "std": "255,255,255",
+            "accepted_formats": "jpeg,png,webp",
+            "max_image_bytes": "20971520",
+            "max_image_pixels": "50000000",
+            "max_image_side": "32766",
+            "max_jpeg_scans": "64",
+            "opencv_threads": "1",
+        },
+        drift=True,
+    )
+    postprocess_parameters = _parameters(
+        {
+            "task": "detection",
+            "head": model.head,
+            "labels_file": LABELS_FILE,
+            "score_threshold": str(SCORE_THRESHOLD),
+            "iou_threshold": str(IOU_THRESHOLD),
+            "max_detections": str(MAX_DETECTIONS),
+            "class_agnostic": "false",
+            "clip_to_image": "true",
+        },
+        drift=True,
+    )
+    warmup = "model_warmup [\n" + ",\n".join(_warmup(model, size) for size in sorted({1, max_batch})) + "\n]"
+    recipe = f"""{header}
+# The build recipe (python -m builders ... --pipeline {name}); tensors and thresholds live in the configs beside it.
+description = "{model.head} detector, {len(model.names)} classes, {model.height}x{model.width} input (from {source_name})"
+
+[source]
+kind = "onnx"
+path = "{MODEL_FILE}"
+sha256 = "{sha256}"
+opset = 17
+
+[fix]
+# stable_io_names gives the model's input and output the configs' names; a static batch of 1 is made dynamic.
+passes = {passes!r}
+
+[quantize]
+# INT8 calibration and the precision gate's held-out photos: package photos by default. For a detector of your
+# own classes, calibrate on your images (`python -m builders quantize --pipeline {name} --calibration-dir DIR`) and
+# measure on labelled ones (`python -m builders evaluate --pipeline {name} --dataset DIR`).
+calibration_photos = ["astronaut", "brick", "china", "clock_motion", "flower", "grass", "page", "retina"]
+evaluation_photos = ["camera", "chelsea", "coffee", "motorcycle_left", "rocket"]
+exclude = []
+samples = 128
+method = "entropy"
+
+[gate]
+# FP32 against each lower precision, detections matched within each class by box IoU >= 0.5.
+min_detection_agreement = 0.95
+min_matched_iou = 0.90
+
+[golden]
+"""
+    ensemble = f"""{header}
+# The detector clients call: encoded image bytes in; boxes (x_min, y_min, x_max, y_max in the photo's pixels), scores,
+# class ids, labels and the count out. K is the request's largest count; rows past an image's count are zero.
+name: "{name}"
+platform: "ensemble"
+max_batch_size: {max_batch}
+input {request}
+output {answers}
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "{name}_preprocess"
+      model_version: -1
+      input_map {{ key: "IMAGE" value: "IMAGE" }}
+      output_map {{ key: "PIXELS" value: "pixels" }}
+      output_map {{ key: "IMAGE_SIZE" value: "image_size" }}
+      output_map {{ key: "IMAGE_TRANSFORM" value: "image_transform" }}
+    }},
+    {{
+      model_name: "{name}_core"
+      model_version: -1
+      input_map {{ key: "images" value: "pixels" }}
+      output_map {{ key: "predictions" value: "predictions" }}
+    }},
+    {{
+      model_name: "{name}_postprocess"
+      model_version: -1
+      input_map {{ key: "PREDICTIONS" value: "predictions" }}
+      input_map {{ key: "IMAGE_SIZE" value: "image_size" }}
+      input_map {{ key: "IMAGE_TRANSFORM" value: "image_transform" }}
+      input_map {{ key: "SCORE_THRESHOLD" value: "SCORE_THRESHOLD" }}
+      input_map {{ key: "IOU_THRESHOLD" value: "IOU_THRESHOLD" }}
+      output_map {{ key: "BOXES" value: "BOXES" }}
+      output_map {{ key: "SCORES" value: "SCORES" }}
+      output_map {{ key: "CLASS_IDS" value: "CLASS_IDS" }}
+      output_map {{ key: "LABELS" value: "LABELS" }}
+      output_map {{ key: "COUNT" value: "COUNT" }}
+    }}
+  ]
+}}
+"""
+    preprocess = f"""{header}
+# Decode, validate, then Ultralytics' LetterBox (its predictor on a {model.height}x{model.width} model): fit, cv2.resize linear,
+# centred padding of 114, RGB / 255, NCHW. IMAGE_SIZE and IMAGE_TRANSFORM let the postprocess map boxes back to the photo.
+name: "{name}_preprocess"
+backend: "python"
+max_batch_size: {max_batch}
+input {image}
+output {pixels}
+{preprocess_parameters}
+{_batching(500, 16)}
+{_instances("KIND_CPU", 2)}
+"""
+    postprocess = f"""{header}
+# The detection task (vision_serving/tasks/detection.py) with the {model.head} head: raw {heads[model.head]} predictions ->
+# boxes in the photo's pixels, with Ultralytics' predictor defaults (conf 0.25, iou 0.7, max_det 300, class-aware NMS).
+name: "{name}_postprocess"
+backend: "python"
+max_batch_size: {max_batch}
+input {predictions}
+output {answers}
+{postprocess_parameters}
+{_batching(500, queue)}
+{_instances("KIND_CPU", 1)}
+"""
+    core = f"""{header}
+# The production core: a TensorRT plan on the GPU, built on the node by `python -m builders build-engine` from the
+# precision the ladder chose. Without a GPU, `--model-config-name=cpu` serves configs/cpu.pbtxt (the same tensors).
+name: "{name}_core"
+platform: "tensorrt_plan"
+max_batch_size: {max_batch}
+{_core_io(model)}
+{_batching(500, queue)}
+{_instances("KIND_GPU", 1)}
+{warmup}
+"""
+    written = {
+        layout.RECIPE_FILENAME: recipe,
+        f"{name}/config.pbtxt": ensemble,
+        f"{name}/1/README": "Ensembles hold no files; Triton needs the version folder.\n",
+        f"{name}_preprocess/config.pbtxt": preprocess,
+        f"{name}_core/config.pbtxt": core,
+        f"{name}_postprocess/config.pbtxt": postprocess,
+        f"{name}_postprocess/{LABELS_FILE}": "".join(f"{label}\n" for label in model.names),
+    }
+    for role in ("preprocess", "core", "postprocess"):
+        written[f"{name}_{role}/1/model.py"] = (
+            f'"""Triton entry point; the model lives in vision_serving.triton_models.{role} (shared by every pipeline)."""\n\n'
+            f"from vision_serving.triton_models.{role} import TritonPythonModel  # noqa: F401\n"
+        )
+    for variant, (what, backend, parameters, count, delay) in CPU_VARIANTS.items():
+        written[f"{name}_core/configs/{variant}.pbtxt"] = (
+            f"{header}\n# {what}: `tritonserver --model-config-name={variant}`; the same tensors as config.pbtxt.\n"
+            f'name: "{name}_core"\n{backend}\nmax_batch_size: {max_batch}\n{_core_io(model)}\n{_parameters(parameters)}\n'
+            f"{_batching(delay, queue)}\n{_instances('KIND_CPU', count)}\n"
+        )
+    return written
+
+
+def _warmup(model: YoloModel, size: int) -> str:
+    dims = f"[ 3, {model.height}, {model.width} ]"
+    inputs = f'inputs {{ key: "images" value: {{ data_type: TYPE_FP32 dims: {dims} zero_data: true }} }}'
+    return f'  {{\n    name: "zeros_batch_{size}"\n    batch_size: {size}\n    {inputs}\n  }}'
+
+
+def scaffold(name: str, target: Path, model_path: Path, labels: Path | None, head: str | None, imgsz: str | None, log: Log) -> None:
+    """Write the pipeline folder ``target`` for the YOLO ONNX ``model_path``."""
+    size = None
+    if imgsz:
+        match = re.fullmatch(r"\s*(\d+)\s*(?:,\s*(\d+)\s*)?", imgsz)
+        if not match:
+            raise BuildError(f"--imgsz {imgsz!r}: expected H,W (or one number for a square input)")
+        size = (int(match.group(1)), int(match.group(2) or match.group(1)))
+    model = inspect(model_path, labels, head, size)
+    log(
+        f"{model_path.name}: {model.head} head, {len(model.names)} classes ({', '.join(model.names[:5])}{', ...' if len(model.names) > 5 else ''}), "
+        f"input {model.height}x{model.width}{', Ultralytics metadata' if model.ultralytics else ''}"
+    )
+    passes, max_batch = batch_passes(model, model_path, log)
+    target.mkdir(parents=True)
+    shutil.copy2(model_path, target / MODEL_FILE)
+    for relative, text in files(name, model, model_path.name, sha256_file(target / MODEL_FILE), passes, max_batch).items():
+        path = target / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)

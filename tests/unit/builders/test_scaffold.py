@@ -1,0 +1,53 @@
+"""``new-pipeline NAME --from TEMPLATE``: a renamed copy without built files or the template's comments."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from builders import BuildError, scaffold
+from vision_serving import consistency, layout, model_config
+
+TEMPLATE = layout.pipeline("person_segmenter")
+
+
+@pytest.fixture
+def repository(tmp_path):
+    root = tmp_path / "model_repository"
+    shutil.copytree(TEMPLATE.repository, root / TEMPLATE.name, ignore=shutil.ignore_patterns("*.onnx", "*.json", "__pycache__"))
+    return root
+
+
+def test_the_copy_is_renamed_and_says_where_it_came_from(repository):
+    scaffold.new_pipeline("my_segmenter", TEMPLATE.name, repository, log=lambda _: None)
+    copy = layout.pipeline("my_segmenter", repository)
+    assert sorted(p.name for p in copy.repository.iterdir() if p.is_dir()) == [
+        "my_segmenter",
+        "my_segmenter_core",
+        "my_segmenter_postprocess",
+        "my_segmenter_preprocess",
+    ]
+    for role in layout.ROLES:
+        assert model_config.load_config(copy.model_dir(role)).name == copy.model_name(role)
+    ensemble = (copy.ensemble_dir / "config.pbtxt").read_text()
+    assert 'model_name: "my_segmenter_core"' in ensemble and "person_segmenter" not in ensemble.split("\n", 1)[1]
+    for path in [*copy.repository.rglob("*.pbtxt"), copy.recipe]:
+        first, rest = path.read_text().split("\n", 1)
+        assert first.startswith("# Copied from the person_segmenter pipeline by `python -m builders new-pipeline my_segmenter")
+        assert not [line for line in rest.splitlines() if line.lstrip().startswith("#")], path  # the template's comments are gone
+    assert consistency.check_repository(repository) == []
+
+
+def test_names_and_templates_are_checked(repository):
+    with pytest.raises(BuildError, match="use lower-case letters, digits and _"):
+        scaffold.new_pipeline("My-Model", TEMPLATE.name, repository, log=lambda _: None)
+    with pytest.raises(BuildError, match=r"--from 'nothing' is neither a pipeline \(person_segmenter\) nor a model family \(yolo\)"):
+        scaffold.new_pipeline("mine", "nothing", repository, log=lambda _: None)
+    with pytest.raises(BuildError, match="already exists"):
+        scaffold.new_pipeline(TEMPLATE.name, TEMPLATE.name, repository, log=lambda _: None)
+
+
+def test_comments_are_stripped_outside_quotes():
+    text = 'a: "x # not a comment"  # a comment\n# whole line\n\n\n\nb: 1\n'
+    assert scaffold.strip_comments(text) == 'a: "x # not a comment"\n\nb: 1\n'
