@@ -1,15 +1,16 @@
-"""Classify image files with the image_classifier ensemble on a running Triton server.
+"""Send image files to a pipeline's ensemble on a running Triton server and show the task's answers.
 
-    python -m scripts.classify PATH [PATH ...] [--protocol grpc|http] [--url HOST:PORT]
-                               [--model image_classifier] [--top-k N] [--batch-size N]
-                               [--recursive] [--json] [--timeout SECONDS] [--deadline SECONDS]
+    ./scripts/classify | segment | detect PATH [PATH ...] [--protocol grpc|http] [--url HOST:PORT]
+                       [--model NAME] [--batch-size N] [--recursive] [--json]
+                       [--timeout SECONDS] [--deadline SECONDS] [the task's own options]
 
-PATH is an image file or a folder (its *.jpg, *.jpeg and *.png files, sorted;
---recursive descends into subfolders). Files are sent as encoded bytes, several
-per request (--batch-size). Tensor names are not hard-coded: they are read from
-the server's model metadata (the BYTES input is the image, the INT32 input the
-optional top-k; the BYTES, FP32 and INT32 outputs are labels, scores and class
-ids).
+PATH is an image file or a folder (its *.jpg, *.jpeg, *.png and *.webp files, sorted;
+--recursive descends into subfolders). Files are sent as encoded bytes, several per request
+(--batch-size). Nothing is hard-coded about the model: the client reads its config from the
+server, finds the postprocess step's ``task`` parameter, and reads the tensors by role
+(:mod:`vision_serving.tasks`); the task says how an answer is printed and which options it
+takes (classification: --top-k; segmentation: --out-dir, --overlay; detection:
+--score-threshold, --iou-threshold, --draw). Each script is this client for one task.
 
 Server calls that fail with UNAVAILABLE (gRPC UNAVAILABLE, HTTP 503: a full model
 queue, a server shutting down, or over gRPC a refused connection) or whose
@@ -17,9 +18,9 @@ connection is refused are retried with jittered exponential backoff until
 --deadline seconds have passed since the call's first attempt (0: no retries);
 nothing else is retried (see RetryPolicy).
 
-Exit codes: 0 all files classified, 1 some file failed (each error is reported
-for its own file), 2 the server is not reachable or ready, or the model does not
-look like an image classifier.
+Exit codes: 0 all files answered, 1 some file failed (each error is reported
+for its own file), 2 the server is not reachable or ready, or the model is not a
+pipeline of the script's task.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,51 +38,50 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+from vision_serving import model_config
+from vision_serving.protos.model_config_pb2 import ModelConfig
+from vision_serving.tasks import registry
+from vision_serving.tasks.base import Role, Task, resolve_roles
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 DEFAULT_URLS = {"grpc": "localhost:8001", "http": "localhost:8000"}
 # How each protocol reports Triton's INVALID_ARG: the server rejected this input.
 INVALID_ARG_STATUSES = {"StatusCode.INVALID_ARGUMENT", "400"}
 
+DEFAULT_BATCH_SIZE = 8
 
-class ClassifyError(RuntimeError):
+
+class ClientError(RuntimeError):
     """The run cannot go on (server unreachable or not ready, unexpected model): exit 2."""
 
 
 @dataclass(frozen=True)
-class ModelInterface:
-    """The tensors of a classification model, found by datatype in its metadata."""
+class PipelineInterface:
+    """A pipeline's ensemble as the client sees it: its task, its tensors by role."""
 
     name: str
+    task: Task
     image_input: str
-    top_k_input: str | None
-    labels_output: str
-    scores_output: str
-    class_ids_output: str
+    request_inputs: dict[str, str | None]  # role -> the ensemble's optional input (None: it has none)
+    outputs: dict[str, str | None]  # role -> the ensemble's output
     max_batch_size: int
-
-
-@dataclass(frozen=True)
-class Prediction:
-    label: str
-    score: float
-    class_id: int
 
 
 @dataclass
 class FileResult:
     file: str
-    predictions: list[Prediction] | None = None
+    data: bytes = b""
+    lines: list[str] = field(default_factory=list)
+    record: dict[str, Any] | None = None
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         if self.error is not None:
             return {"file": self.file, "error": self.error}
-        return {
-            "file": self.file,
-            "predictions": [{"label": p.label, "score": p.score, "class_id": p.class_id} for p in self.predictions or []],
-        }
+        return self.record or {"file": self.file}
 
 
 def one_line(text: str) -> str:
@@ -198,15 +198,15 @@ class TritonConnection:
         try:
             server_ready = self.request("is_server_ready", **self.call_options())
         except Exception as error:  # connection refused, DNS, timeout: all mean "not reachable"
-            raise ClassifyError(f"cannot reach {where}: {error_message(error)}") from None
+            raise ClientError(f"cannot reach {where}: {error_message(error)}") from None
         if not server_ready:
-            raise ClassifyError(f"{where} is up but not ready (still loading models, or a model failed to load)")
+            raise ClientError(f"{where} is up but not ready (still loading models, or a model failed to load)")
         try:
             model_ready = self.request("is_model_ready", model, **self.call_options())
         except Exception as error:
-            raise ClassifyError(f"cannot ask {where} about model '{model}': {error_message(error)}") from None
+            raise ClientError(f"cannot ask {where} about model '{model}': {error_message(error)}") from None
         if not model_ready:
-            raise ClassifyError(f"model '{model}' is not ready on {where} (unknown name, or it failed to load)")
+            raise ClientError(f"model '{model}' is not ready on {where} (unknown name, or it failed to load)")
 
     def metadata_and_config(self, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """A model's metadata and config as JSON dicts, the same over gRPC and HTTP (every client reads tensors here)."""
@@ -218,15 +218,45 @@ class TritonConnection:
                 metadata = self.request("get_model_metadata", model)
                 config = self.request("get_model_config", model)
         except Exception as error:
-            raise ClassifyError(f"cannot read the metadata of model '{model}': {error_message(error)}") from None
+            raise ClientError(f"cannot read the metadata of model '{model}': {error_message(error)}") from None
         return metadata, config
 
-    def model_interface(self, model: str) -> ModelInterface:
-        metadata, config = self.metadata_and_config(model)
-        return interface_from_metadata(model, metadata, int(config.get("max_batch_size", 0)))
+    def config(self, model: str) -> ModelConfig:
+        """A model's config from the server, parsed with Triton's schema."""
+        _, raw = self.metadata_and_config(model)
+        config = ModelConfig()
+        json_format.ParseDict(raw, config, ignore_unknown_fields=True)
+        return config
 
-    def infer(self, interface: ModelInterface, images: list[bytes], top_k: int | None) -> list[list[Prediction]]:
-        """One request for all `images`; raises InferenceServerException (or OSError) on failure."""
+    def pipeline_interface(self, model: str, expected: Task | None = None) -> PipelineInterface:
+        """The ensemble's task (the ``task`` parameter of its postprocess step) and its tensors by role."""
+        ensemble = self.config(model)
+        task_name = None
+        for step in reversed(ensemble.ensemble_scheduling.step):
+            step_config = self.config(step.model_name)
+            if "task" in step_config.parameters:
+                task_name = step_config.parameters["task"].string_value
+                break
+        if task_name is None:
+            raise ClientError(f"model '{model}' is not a pipeline of this bundle: no step of it has a task parameter")
+        try:
+            task = registry.task(task_name)
+        except model_config.ConfigError as error:
+            raise ClientError(f"model '{model}': {error}") from None
+        if expected is not None and task is not expected:
+            raise ClientError(f"model '{model}' is a {task.name} pipeline, not {expected.name}: use its own client")
+        try:
+            inputs = resolve_roles(ensemble, "input", (Role("image", "BYTES", (1,)), *task.request_roles()))
+            outputs = resolve_roles(ensemble, "output", task.output_roles())
+        except model_config.ConfigError as error:
+            raise ClientError(str(error)) from None
+        image = inputs.pop("image")
+        assert image is not None
+        return PipelineInterface(model, task, image, inputs, outputs, int(ensemble.max_batch_size))
+
+    def infer(self, interface: PipelineInterface, images: list[bytes], options: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """One request for all ``images`` (with the task's optional inputs by role) -> each image's outputs by
+        role, without the batch dim; raises InferenceServerException (or OSError) on failure."""
         batched = interface.max_batch_size > 0
         payloads = np.array([[image] for image in images], dtype=np.object_)
         if not batched:
@@ -234,60 +264,24 @@ class TritonConnection:
         image_input = self.module.InferInput(interface.image_input, list(payloads.shape), "BYTES")
         image_input.set_data_from_numpy(payloads)
         inputs = [image_input]
-        if top_k is not None:
-            ks = np.full(payloads.shape, top_k, dtype=np.int32)
-            k_input = self.module.InferInput(interface.top_k_input, list(ks.shape), "INT32")
-            k_input.set_data_from_numpy(ks)
-            inputs.append(k_input)
-        names = (interface.labels_output, interface.scores_output, interface.class_ids_output)
-        outputs = [self.module.InferRequestedOutput(name) for name in names]
+        for role, value in options.items():
+            name = interface.request_inputs.get(role)
+            if name is None:
+                raise ClientError(f"model '{interface.name}' has no {role} input; its option cannot be used with it")
+            value = value if batched else value[0]
+            tensor = self.module.InferInput(name, list(value.shape), model_config.dtype_name(_DATATYPES[value.dtype.type]))
+            tensor.set_data_from_numpy(value)
+            inputs.append(tensor)
+        names = {role: name for role, name in interface.outputs.items() if name is not None}
+        outputs = [self.module.InferRequestedOutput(name) for name in names.values()]
         result = self.request("infer", interface.name, inputs, outputs=outputs, **self.call_options())
-        labels, scores, class_ids = (result.as_numpy(name).reshape(len(images), -1) for name in names)
-        return [
-            [
-                Prediction(
-                    label=label.decode("utf-8", errors="replace") if isinstance(label, bytes) else str(label),
-                    score=float(score),
-                    class_id=int(class_id),
-                )
-                for label, score, class_id in zip(row_labels, row_scores, row_ids)
-            ]
-            for row_labels, row_scores, row_ids in zip(labels, scores, class_ids)
-        ]
+        arrays = {role: result.as_numpy(name) for role, name in names.items()}
+        if not batched:
+            arrays = {role: value[None] for role, value in arrays.items()}
+        return [{role: value[index] for role, value in arrays.items()} for index in range(len(images))]
 
 
-def interface_from_metadata(model: str, metadata: dict[str, Any], max_batch_size: int) -> ModelInterface:
-    """Pick tensors by datatype: BYTES input = image, INT32 input = top-k; BYTES/FP32/INT32 outputs."""
-
-    def by_type(tensors: list[dict[str, Any]], datatype: str) -> list[str]:
-        return [t["name"] for t in tensors if t.get("datatype") == datatype]
-
-    inputs = metadata.get("inputs", [])
-    outputs = metadata.get("outputs", [])
-    expected = (
-        "expected one BYTES input (encoded images), at most one INT32 input (top-k) and one BYTES, "
-        "one FP32 and one INT32 output (labels, scores, class ids)"
-    )
-    described = (
-        "inputs "
-        + ", ".join(f"{t['name']} {t.get('datatype')}" for t in inputs)
-        + "; outputs "
-        + ", ".join(f"{t['name']} {t.get('datatype')}" for t in outputs)
-    )
-    image_inputs, k_inputs = by_type(inputs, "BYTES"), by_type(inputs, "INT32")
-    other_inputs = [t["name"] for t in inputs if t.get("datatype") not in ("BYTES", "INT32")]
-    labels, scores, class_ids = by_type(outputs, "BYTES"), by_type(outputs, "FP32"), by_type(outputs, "INT32")
-    if len(image_inputs) != 1 or len(k_inputs) > 1 or other_inputs or not (len(labels) == len(scores) == len(class_ids) == 1):
-        raise ClassifyError(f"model '{model}' does not look like an image classifier: {expected}; it has {described}")
-    return ModelInterface(
-        name=model,
-        image_input=image_inputs[0],
-        top_k_input=k_inputs[0] if k_inputs else None,
-        labels_output=labels[0],
-        scores_output=scores[0],
-        class_ids_output=class_ids[0],
-        max_batch_size=max_batch_size,
-    )
+_DATATYPES = {np.int32: model_config.model_config_pb2.TYPE_INT32, np.float32: model_config.model_config_pb2.TYPE_FP32}
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -318,65 +312,49 @@ def read_file(path: str) -> bytes | str:
         return one_line(error.strerror or str(error))
 
 
-# --- classification --------------------------------------------------------------------------
+# --- answers ---------------------------------------------------------------------------------
 
 
-def classify(
-    connection: TritonConnection, interface: ModelInterface, files: list[str], batch_size: int, top_k: int | None
+def answer_files(
+    connection: TritonConnection, interface: PipelineInterface, files: list[str], batch_size: int, args: argparse.Namespace
 ) -> list[FileResult]:
+    """Every file's answer (or error), batch by batch; a batch the server refuses as INVALID_ARG is
+    retried one file at a time, so one bad file fails only itself."""
     results = [FileResult(file=name) for name in files]
-    pending: list[tuple[FileResult, bytes]] = []
+    pending: list[FileResult] = []
     for result in results:
         data = read_file(result.file)
         if isinstance(data, str):
             result.error = data
         else:
-            pending.append((result, data))
+            result.data = data
+            pending.append(result)
+    task = interface.task
+
+    def answer(batch: list[FileResult]) -> None:
+        for result, outputs in zip(batch, connection.infer(interface, [r.data for r in batch], task.client_inputs(args, len(batch)))):
+            try:
+                report = task.client_report(result.file, outputs, result.data, args)
+            except (ValueError, OSError) as error:
+                result.error = one_line(str(error))
+                continue
+            result.lines, result.record = report.lines, report.record
 
     for start in range(0, len(pending), batch_size):
         batch = pending[start : start + batch_size]
         try:
-            predictions = connection.infer(interface, [data for _, data in batch], top_k)
+            answer(batch)
         except (InferenceServerException, OSError) as error:
             if len(batch) == 1 or not is_invalid_arg(error):
-                for result, _ in batch:
+                for result in batch:
                     result.error = error_message(error)
                 continue
-            # Triton answers per request: one bad file fails its whole batch. Retry one by one to
-            # find which file the server rejects.
-            for result, data in batch:
+            for result in batch:  # find which file the server rejects
                 try:
-                    result.predictions = connection.infer(interface, [data], top_k)[0]
+                    answer([result])
                 except (InferenceServerException, OSError) as single_error:
                     result.error = error_message(single_error)
-            continue
-        for (result, _), file_predictions in zip(batch, predictions):
-            result.predictions = file_predictions
     return results
-
-
-def format_table(result: FileResult) -> str:
-    lines = [result.file]
-    predictions = result.predictions or []
-    width = max([len("label"), *(len(p.label) for p in predictions)])
-    lines.append(f"  {'rank':>4}  {'label':<{width}}  {'score':>7}  {'class id':>8}")
-    for rank, p in enumerate(predictions, start=1):
-        lines.append(f"  {rank:>4}  {p.label:<{width}}  {p.score * 100:>6.2f}%  {p.class_id:>8}")
-    return "\n".join(lines)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="classify",
-        description=__doc__.split("\n\n")[0],
-        epilog="Exit codes: 0 all classified, 1 some file failed, 2 server/model problem.",
-    )
-    add_connection_arguments(parser, "image_classifier", "print one JSON document instead of tables")
-    parser.add_argument("--top-k", type=positive_int, help="number of predictions per image (default: the model's)")
-    parser.add_argument(
-        "--batch-size", type=positive_int, default=8, help="images per request (default 8, at most the model's max_batch_size)"
-    )
-    return parser.parse_args(argv)
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser, default_model: str, json_help: str) -> None:
@@ -420,35 +398,51 @@ def positive_int(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    files = input_files("classify", args)
+def parse_args(prog: str, task: Task, default_model: str, argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=f"Send images to a {task.name} pipeline on a running Triton server and print its answers.",
+        epilog="Exit codes: 0 all answered, 1 some file failed, 2 server/model problem.",
+    )
+    add_connection_arguments(parser, default_model, "print one JSON document instead of tables")
+    parser.add_argument(
+        "--batch-size", type=positive_int, help=f"images per request (default {DEFAULT_BATCH_SIZE}, at most the model's max_batch_size)"
+    )
+    task.add_client_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def main(task_name: str, default_model: str, prog: str, argv: list[str] | None = None) -> int:
+    """A client for one task's pipelines (the scripts: classify, segment, detect)."""
+    task = registry.task(task_name)
+    args = parse_args(prog, task, default_model, argv)
+    files = input_files(prog, args, task.client_output_suffixes())  # not our own outputs of an earlier run
     if not files:
         return 2
-
+    args.single_image = len(files) == 1
     connection = connect(args)
     try:
         connection.check_ready(args.model)
-        interface = connection.model_interface(args.model)
-        if args.top_k is not None and interface.top_k_input is None:
-            raise ClassifyError(f"model '{args.model}' has no INT32 top-k input; --top-k cannot be used with it")
-        batch_size = args.batch_size
+        interface = connection.pipeline_interface(args.model, task)
+        for role in task.client_inputs(args, 1):
+            if interface.request_inputs.get(role) is None:
+                raise ClientError(f"model '{args.model}' has no {role} input; its option cannot be used with it")
+        batch_size = args.batch_size or min(DEFAULT_BATCH_SIZE, max(interface.max_batch_size, 1))
         if interface.max_batch_size == 0:
             batch_size = 1
         elif batch_size > interface.max_batch_size:
             print(
-                f"classify: note: --batch-size {batch_size} is above the model's max_batch_size; using {interface.max_batch_size}",
+                f"{prog}: note: --batch-size {batch_size} is above the model's max_batch_size; using {interface.max_batch_size}",
                 file=sys.stderr,
             )
             batch_size = interface.max_batch_size
-        results = classify(connection, interface, files, batch_size, args.top_k)
-    except ClassifyError as error:
-        print(f"classify: error: {error}", file=sys.stderr)
+        results = answer_files(connection, interface, files, batch_size, args)
+    except ClientError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     finally:
         connection.close()
-
-    return print_results("classify", results, format_table, args.json)
+    return print_results(prog, results, lambda result: "\n".join(result.lines), args.json)
 
 
 def print_results(prog: str, results: Sequence[Any], table: Callable[[Any], str], as_json: bool) -> int:
@@ -464,7 +458,3 @@ def print_results(prog: str, results: Sequence[Any], table: Callable[[Any], str]
     if tables:
         print("\n\n".join(tables))
     return 1 if any(result.error is not None for result in results) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -82,6 +82,9 @@ SETS = (
     ),
     LockSet("tflite-convert", "build environment .build/envs/tflite-convert (builders/build_envs.py)", "3.11", LOCAL_PLATFORM),
     LockSet("mediapipe", "build environment .build/envs/mediapipe (builders/build_envs.py)", "3.11", LOCAL_PLATFORM),
+    LockSet(
+        "ultralytics", "the tests' YOLO reference environment .build/envs/ultralytics (builders/build_envs.py)", "3.11", LOCAL_PLATFORM
+    ),
 )
 BY_NAME = {lock_set.name: lock_set for lock_set in SETS}
 

@@ -109,7 +109,15 @@ class LocalTritonServer:
     exit_timeout_secs: int = 30
     extra_args: list[str] = field(default_factory=list)
     log_file: Path | None = None
+    # Serve only these pipelines (their names); empty: every pipeline of the model repository.
+    pipelines: list[str] = field(default_factory=list)
     process: subprocess.Popen | None = None
+
+    def served_pipelines(self) -> list[layout.Pipeline]:
+        """The pipelines this server serves (``LayoutError`` naming an unknown one)."""
+        if not self.pipelines:
+            return layout.pipelines(self.model_repository)
+        return [layout.pipeline(name, self.model_repository) for name in self.pipelines]
 
     @property
     def http_url(self) -> str:
@@ -122,7 +130,7 @@ class LocalTritonServer:
     def command(self) -> list[str]:
         return [
             str(_pytriton_dir() / "tritonserver" / "bin" / "tritonserver"),
-            *(f"--model-repository={path}" for path in layout.model_repositories(self.model_repository)),
+            *(f"--model-repository={pipeline.repository}" for pipeline in self.served_pipelines()),
             f"--backend-directory={prepare_backends()}",
             f"--model-config-name={self.config_name}",
             f"--http-port={self.http_port}",
@@ -178,7 +186,7 @@ SAMPLES_DIR = BUILD_DIR / "samples"
 SAMPLE_PHOTOS = ("chelsea", "coffee", "camera", "astronaut", "grace_hopper", "motorcycle_left", "rocket")
 
 
-def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REPOSITORY) -> None:
+def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REPOSITORY, names: list[str] | None = None) -> None:
     """Build what every pipeline needs to be served with ``config_name`` (idempotent: skips
     up-to-date steps), and put a few real photos in .build/samples for the clients.
 
@@ -186,22 +194,24 @@ def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REP
     config serves another file (the INT8 Q/DQ model of cpu_int8), the precision
     ladder builds it (INT8 needs ModelOpt: requirements/modelopt.txt). Each pipeline's drift reference
     (builders drift-reference) is built too, so the served models export drift statistics; one built from
-    the user's photos is kept (a warning line when the model changed since)."""
-    from builders import BuildError, drift_reference, export, photos, quantize
+    the user's photos is kept (a warning line when the model changed since). ``names``: only these pipelines."""
+    from builders import BuildError, drift_reference, export, loaded, photos, quantize
     from vision_serving import model_config
 
-    for pipeline in layout.pipelines(repository):
+    chosen = [layout.pipeline(name, repository) for name in names] if names else layout.pipelines(repository)
+    for folder in chosen:
         try:
-            export.export(pipeline.repository)
-            core = model_config.load_config(pipeline.core_dir, config_name)
+            pipeline = loaded.load(folder)
+            export.export(pipeline)
+            core = pipeline.configs.core(config_name)
             if "onnx_file" in core.parameters and model_config.parameter(core, "onnx_file") == layout.INT8_ONNX:
-                quantize.quantize(pipeline.repository, quantize.recipe_options(pipeline.repository))
+                quantize.quantize(pipeline, quantize.recipe_options(pipeline))
             try:
-                drift_reference.build(pipeline.repository, log=lambda message: None)
+                drift_reference.build(pipeline, log=lambda message: None)
             except drift_reference.StaleUserReference as error:  # the user's reference: kept, never replaced
                 print(f"warning: {error}", file=sys.stderr, flush=True)
-        except BuildError as error:
-            raise LauncherError(f"cannot build {pipeline.name}: {error}") from None
+        except (BuildError, model_config.ConfigError) as error:
+            raise LauncherError(f"cannot build {folder.name}: {error}") from None
     SAMPLES_DIR.mkdir(parents=True, exist_ok=True)
     for name in SAMPLE_PHOTOS:
         source = photos.photo_path(name)
@@ -225,6 +235,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-build", action="store_true", help="do not build missing or stale artifacts")
     parser.add_argument("--exit-timeout-secs", type=int, default=30)
+    parser.add_argument(
+        "--model-repository",
+        type=Path,
+        default=MODEL_REPOSITORY,
+        metavar="PATH",
+        help="the model repository holding the pipeline folders (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--pipeline",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="serve (and build) only this pipeline; repeatable (default: every one)",
+    )
     args, extra = parser.parse_known_args(argv)
 
     server = LocalTritonServer(
@@ -234,11 +258,14 @@ def main(argv: list[str] | None = None) -> int:
         config_name=args.config_name,
         exit_timeout_secs=args.exit_timeout_secs,
         extra_args=extra,
+        model_repository=args.model_repository,
+        pipelines=args.pipeline,
     )
     try:
+        served = server.served_pipelines()
         if not args.no_build:
             print("serve: building model artifacts (skipped when up to date)...", file=sys.stderr, flush=True)
-            build_artifacts(args.config_name)
+            build_artifacts(args.config_name, args.model_repository, [pipeline.name for pipeline in served])
         print(f"serve: starting tritonserver (model config '{args.config_name}')...", file=sys.stderr, flush=True)
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
         server.start()
@@ -246,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"serve: ready. HTTP {server.http_url}  gRPC {server.grpc_url}  "
             f"metrics localhost:{server.metrics_port}/metrics\n"
-            f"serve: pipelines: {', '.join(p.name for p in layout.pipelines(server.model_repository))}\n"
+            f"serve: pipelines: {', '.join(p.name for p in served)}\n"
             f"serve: try  ./scripts/classify {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}   or   "
             f"./scripts/segment {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}/astronaut.png   or   "
             f"./scripts/detect {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}   (Ctrl-C stops the server)",
@@ -254,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         return server.process.wait() if server.process else 1
-    except LauncherError as error:
+    except (LauncherError, layout.LayoutError) as error:
         print(f"serve: error: {error}", file=sys.stderr)
         server.stop()
         return 2

@@ -1,8 +1,8 @@
-"""Entry point of ./scripts/detect: face boxes from a running server (devtools.detect_client)."""
+"""Entry point of ./scripts/detect: a detection pipeline's boxes and labels from a running server (devtools.client)."""
 
 import sys
 
-from devtools.detect_client import main
+from devtools.client import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("detection", "face_detector", "detect"))

@@ -1,8 +1,8 @@
-"""Entry point of ./scripts/segment: person masks from a running server (devtools.segment_client)."""
+"""Entry point of ./scripts/segment: a segmentation pipeline's masks from a running server (devtools.client)."""
 
 import sys
 
-from devtools.segment_client import main
+from devtools.client import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("segmentation", "person_segmenter", "segment"))
