@@ -72,3 +72,32 @@ class WindowCPU:
 def _own_cpu_seconds() -> float:
     times = os.times()
     return times.user + times.system
+
+
+# The instruction sets that change what a CPU core computes fast (and, for INT8, what it computes): /proc/cpuinfo flags.
+INSTRUCTION_SETS = {"AVX2": ("avx2",), "AVX-512": ("avx512f",), "VNNI": ("avx512_vnni", "avx_vnni"), "AMX": ("amx_int8",)}
+
+
+def machine() -> dict:
+    """The CPU model, its logical CPUs and which of INSTRUCTION_SETS it has (recorded with every figure)."""
+    model, flags = "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cpu_model": model,
+        "usable_cpus": usable,
+        "instruction_sets": {name: any(flag in flags for flag in names) for name, names in INSTRUCTION_SETS.items()},
+    }
+
+
+def describe(found: dict) -> str:
+    """``AMD EPYC 7B13, 2 CPUs, AVX2 yes, AVX-512 no, VNNI no, AMX no``."""
+    sets = ", ".join(f"{name} {'yes' if present else 'no'}" for name, present in found["instruction_sets"].items())
+    return f"{found['cpu_model']}, {found['usable_cpus']} CPUs, {sets}"

@@ -35,7 +35,7 @@ import numpy as np
 
 from benchmarks import CLASSIFIER, images, report
 from benchmarks.pipeline import Pipeline
-from builders import calibration
+from builders import calibration, loaded
 from vision_serving import image_codec, preprocessing
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -45,9 +45,9 @@ SIZES = ("12MP", "2048", "1280")
 
 def held_out_images(per_photo: int) -> list[tuple[str, str, bytes]]:
     """(name, size kind, encoded bytes): the held-out photos and ``per_photo`` augmentations each, at the three sizes in turn."""
-    repository = CLASSIFIER.repository
-    sources = calibration.evaluation_sources(repository)
-    _, limits = calibration.served_preprocessing(repository)
+    classifier = loaded.load(CLASSIFIER)
+    sources = calibration.evaluation_sources(classifier)
+    limits = classifier.configs.limits
     samples = calibration.make_samples(
         sources, len(sources) * (per_photo + 1), calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, limits
     )

@@ -22,8 +22,10 @@ from functools import partial
 
 import numpy as np
 
-from builders import calibration, drift_reference
+from builders import calibration, drift_reference, loaded
 from vision_serving import drift, image_codec, layout, model_config, preprocessing
+from vision_serving.pipeline_configs import PipelineConfigs
+from vision_serving.served import ServedPipeline
 
 
 def cpu_ms(call: Callable[[], object], repeats: int) -> float:
@@ -41,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     preprocessing.set_threads(1)
     classifier = layout.pipeline("image_classifier")
-    spec, limits = calibration.served_preprocessing(classifier.repository)
-    sources = calibration.evaluation_sources(classifier.repository)
+    classifier_configs = PipelineConfigs.load(classifier)
+    spec, limits = classifier_configs.spec, classifier_configs.limits
+    sources = calibration.evaluation_sources(loaded.load(classifier))
     samples = calibration.make_samples(sources, 64, 1, calibration.EVALUATION_PROFILE, limits)
     payloads = [sample.data for sample in samples]
     results: dict[str, float] = {}
@@ -59,17 +62,15 @@ def main(argv: list[str] | None = None) -> int:
             partial(preprocessing.preprocess_batch, images, spec), args.repeats
         )
     rng = np.random.default_rng(0)
+    for pipeline in layout.pipelines():
+        served = ServedPipeline.load(PipelineConfigs.load(pipeline))
+        result = served.run(payloads[:8])
+        results[f"{pipeline.name} postprocess features ({served.configs.task.name}), batch of 8"] = cpu_ms(result.features, args.repeats)
     logits = rng.normal(0, 3, (8, 1000)).astype(np.float32)
-    probabilities = rng.random((8, 256, 256, 1), dtype=np.float32)
-    scores = np.where(rng.random((8, 4)) < 0.5, rng.random((8, 4)), 0).astype(np.float32)
-    counts = (scores > 0).sum(axis=1)
-    results["classification features, batch of 8"] = cpu_ms(lambda: drift.classification_features(logits), args.repeats)
-    results["segmentation features, batch of 8"] = cpu_ms(lambda: drift.segmentation_features(probabilities, np.zeros(8)), args.repeats)
-    results["detection features, batch of 8"] = cpu_ms(lambda: drift.detection_features(scores, counts), args.repeats)
     results["non-finite check, logits batch of 8"] = cpu_ms(lambda: drift.finite_rows(logits), args.repeats)
 
-    path = drift_reference.build(classifier.repository, log=lambda message: None)
-    settings = drift.DriftSettings.from_config(model_config.load_config(classifier.model_dir("preprocess")))
+    path = drift_reference.build(loaded.load(classifier), log=lambda message: None)
+    settings = drift.DriftSettings.from_config(model_config.load_config(classifier.model_dir("preprocess")), drift.IMAGE_FEATURES)
     for model in (classifier.model_name("preprocess"), classifier.model_name("postprocess")):
         reference = drift.load_reference(path, model)
         monitor = drift.DriftMonitor(reference, settings, background=False)

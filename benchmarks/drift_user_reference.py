@@ -22,7 +22,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from builders import calibration, drift_reference, photos
+from builders import calibration, drift_reference, loaded, photos
 from vision_serving import drift, layout, model_config
 
 ROOT = layout.BUILD_DIR / "bench-drift-user-reference"
@@ -76,20 +76,22 @@ def main(argv: list[str] | None = None) -> int:
         source.repository, ROOT / "model_repository" / source.name, ignore=shutil.ignore_patterns("__pycache__", "*.plan*", "model_int8*")
     )
     copy = layout.pipeline(source.name, ROOT / "model_repository")
-    held_out = drift_reference.build(copy.repository, force=True, log=lambda message: None)
+    held_out = drift_reference.build(loaded.load(copy), force=True, log=lambda message: None)
     held_out_copy = ROOT / "held_out_reference.json"
     shutil.copy2(held_out, held_out_copy)
     traffic(ROOT / "reference_photos", args.reference, seed=1)
     traffic(ROOT / "window_photos", args.window, seed=2)
-    user = drift_reference.build(copy.repository, photos=ROOT / "reference_photos", log=lambda message: print(message, file=sys.stderr))
+    user = drift_reference.build(loaded.load(copy), photos=ROOT / "reference_photos", log=lambda message: print(message, file=sys.stderr))
     # The window's features, on the same served path (a reference built from the window's photos).
     window_repository = ROOT / "window_repository"
     shutil.copytree(copy.repository, window_repository / source.name)
     window_copy = layout.pipeline(source.name, window_repository)
-    window_path = drift_reference.build(window_copy.repository, photos=ROOT / "window_photos", log=lambda message: None)
+    window_path = drift_reference.build(loaded.load(window_copy), photos=ROOT / "window_photos", log=lambda message: None)
     models = (copy.model_name("preprocess"), copy.model_name("postprocess"))
     window = {model: drift.load_reference(window_path, model) for model in models}
-    settings = {model: drift.DriftSettings.from_config(model_config.load_config(copy.repository / model)) for model in models}
+    settings = {
+        model: drift.DriftSettings.from_config(model_config.load_config(copy.repository / model)) for model in models
+    }  # defaults: no selection
     report = {
         "traffic": f"package photos augmented (evaluation profile), {SIZE[0]}x{SIZE[1]} JPEG q80-92",
         "reference_photos": args.reference,

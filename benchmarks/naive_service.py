@@ -39,12 +39,9 @@ pipeline = Pipeline(
 
 
 def _classify(data: bytes) -> dict:
-    (result,) = pipeline.classify([data])
-    return {
-        "labels": [label.decode() for label in result.labels],
-        "scores": result.scores.tolist(),
-        "class_ids": result.class_ids.tolist(),
-    }
+    """The served outputs of one upload, by tensor name (BYTES as text)."""
+    outputs = pipeline.run([data]).outputs()
+    return {name: [item.decode() if isinstance(item, bytes) else item for item in value[0].tolist()] for name, value in outputs.items()}
 
 
 @app.get("/health")

@@ -1,26 +1,25 @@
-"""The served computation in one Python process, no server: decode -> preprocess -> core -> top-k.
+"""The served computation in one Python process, no server, with the benchmarks' variants.
 
-It is built from the same library and the same model-repository configs as
-the Triton models (preprocess config, core ``configs/cpu.pbtxt`` with its
-onnxruntime session options, postprocess labels and default k), so the
-in-process limit and the naive service do exactly the served work.
+:class:`Pipeline` is :class:`vision_serving.served.ServedPipeline` (the same decode ->
+preprocess -> core -> postprocess from the same library and model-repository configs: the
+preprocess config, a core config variant with its session options, the postprocess config),
+so the in-process limit and the naive service do exactly the served work; the variants:
 
-``library_defaults=True`` keeps the served computation but not the served
-thread settings: an onnxruntime session with default options (one intra-op
-thread per CPU, spinning) and OpenCV's default thread pool, which is what a
-service written without tuning gets (the naive baseline); with an OpenVINO
-``core_config_name`` the same config with OpenVINO's default thread count.
+``library_defaults=True`` keeps the served computation but not the served thread settings: the
+core with its runtime's default thread count (onnxruntime: one intra-op thread per CPU,
+spinning) and OpenCV's default thread pool, which is what a service written without tuning
+gets (the naive baseline).
 
-``decode``: ``served`` decodes as the preprocess model does (JPEGs at the DCT
-scale the resize needs); ``opencv`` is the decoder before that
-(``cv2.imdecode`` at full size, EXIF applied: main at 79b1611), the reference
-of the issue's in-process limit.
+``decode``: ``served`` decodes as the preprocess model does (JPEGs at the DCT scale the resize
+needs); ``opencv`` is the decoder before that (``cv2.imdecode`` at full size, EXIF applied:
+main at 79b1611), the reference of the in-process limit before reduced decoding.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,10 +27,12 @@ import cv2
 import numpy as np
 
 from benchmarks import CLASSIFIER
-from vision_serving import classification, core_model, image_codec, layout, model_config, preprocessing
-from vision_serving.onnx_core import OnnxCore
+from vision_serving import core_model, image_codec, layout, preprocessing
+from vision_serving.pipeline_configs import PipelineConfigs
+from vision_serving.served import SERVED_CORE_CONFIG, ServedPipeline
+from vision_serving.tasks.base import TaskResult
 
-CORE_CONFIG_NAME = "cpu"
+CORE_CONFIG_NAME = SERVED_CORE_CONFIG
 DECODERS = ("served", "opencv")
 
 
@@ -54,59 +55,46 @@ class Pipeline:
         intra_op_threads: int | None = None,
     ):
         """``repository``: the model repository holding the pipelines (what the server is given)."""
-        served = layout.pipeline(pipeline, Path(repository))
-        preprocess_config = model_config.load_config(served.model_dir("preprocess"))
-        self.spec = preprocessing.PreprocessSpec.from_config(preprocess_config)
-        self.limits = preprocessing.limits_from_config(preprocess_config)
         if decode not in DECODERS:
             raise ValueError(f"decode {decode!r} is not one of {DECODERS}")
         self.decode = decode
-        self.minimum = preprocessing.decode_minimum(self.spec)
-        # The served thread settings: OpenCV's pool as the preprocess model sets it.
-        opencv_threads = 0 if library_defaults else model_config.int_parameter(preprocess_config, "opencv_threads", 0)
-        preprocessing.set_threads(opencv_threads)
-        core_config = model_config.load_config(served.core_dir, core_config_name)
-        self.runtime = model_config.parameter(core_config, "runtime", "onnxruntime")
+        configs = PipelineConfigs.load(layout.pipeline(pipeline, Path(repository)))
+        self.runtime = core_model.runtime(configs.core_variant(core_config_name))
+        threads = "intra_op_threads" if self.runtime == "onnxruntime" else "inference_threads"
+        parameters: dict[str, str] = {}
         if intra_op_threads is not None:  # e.g. one single request on 2 threads
-            core_config.parameters["intra_op_threads" if self.runtime == "onnxruntime" else "inference_threads"].string_value = str(
-                intra_op_threads
-            )
-        if library_defaults and self.runtime == "openvino":  # naive on OpenVINO: its default thread count
-            core_config.parameters["inference_threads"].string_value = "0"
-            self.core: core_model.Core = core_model.load(core_config, served.core_version_dir)
-        elif library_defaults:  # the naive baseline: onnxruntime with its default session options
-            core_config = model_config.load_config(served.core_dir, "cpu_onnxruntime")
-            onnx_core = OnnxCore(core_config, served.core_version_dir)
-            import onnxruntime
-
-            onnx_path = core_model.onnx_path(core_config, served.core_version_dir)
-            onnx_core.session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-            self.core = onnx_core
-        else:  # the served core: its runtime and precision, as the config names them
-            self.core = core_model.load(core_config, served.core_version_dir)
+            parameters[threads] = str(intra_op_threads)
+        if library_defaults:  # the naive baseline: the runtime's own thread count (onnxruntime: spinning, too)
+            parameters[threads] = "0"
+            if self.runtime == "onnxruntime":
+                parameters["allow_spinning"] = "1"
+        self.served = ServedPipeline.load(configs, core_config_name, parameters)
+        if library_defaults:
+            preprocessing.set_threads(0)
+        else:
+            self.served.use_served_threads()  # OpenCV's pool as the preprocess model sets it
+        self.spec, self.limits, self.minimum = self.served.spec, self.served.limits, self.served.minimum
+        self.core = self.served.core
         (self.core_input,) = self.core.input_names
-        postprocess_config = model_config.load_config(served.model_dir("postprocess"))
-        logits = model_config.tensors_by_role(postprocess_config).required_input("FP32")
-        num_classes = int(model_config.tensor(postprocess_config, logits, "input").dims[-1])
-        self.top_k = model_config.int_parameter(postprocess_config, "top_k")
-        self.labels = classification.load_labels(
-            served.model_dir("postprocess") / model_config.parameter(postprocess_config, "labels_file"), num_classes
-        )
 
-    def decode_all(self, payloads: list[bytes]) -> list[np.ndarray]:
+    def decode_all(self, payloads: list[bytes]) -> list[image_codec.Decoded]:
         if self.decode == "opencv":
-            return [opencv_decode(data) for data in payloads]
-        items = np.array(payloads, dtype=np.object_)
-        return [item.image for item in preprocessing.decode_payloads_reduced(items, self.limits, self.minimum)]
+            images = [opencv_decode(data) for data in payloads]
+            return [image_codec.Decoded(image, image.shape[0], image.shape[1]) for image in images]
+        return [self.served.decode(data) for data in payloads]
 
-    def preprocess(self, payloads: list[bytes]) -> np.ndarray:
-        return preprocessing.preprocess_batch(self.decode_all(payloads), self.spec)
+    def preprocess(self, payloads: list[bytes]) -> dict[str, np.ndarray]:
+        """The ensemble tensors after the preprocess step."""
+        return self.served.preprocessed(self.decode_all(payloads))
 
-    def finish(self, batch: np.ndarray) -> list[classification.TopK]:
-        (logits,) = self.core.run({self.core_input: batch})
-        return classification.top_k(logits, [self.top_k] * len(batch), self.labels)
+    def core_batch(self, payloads: list[bytes]) -> np.ndarray:
+        """The core's (one) input for these uploads, as the ensemble feeds it."""
+        return self.served.core_feeds(self.preprocess(payloads))[self.core_input]
 
-    def classify(self, payloads: list[bytes]) -> list[classification.TopK]:
+    def finish(self, tensors: Mapping[str, np.ndarray]) -> TaskResult:
+        return self.served.postprocess(self.served.with_core(tensors))
+
+    def run(self, payloads: list[bytes]) -> TaskResult:
         return self.finish(self.preprocess(payloads))
 
 
@@ -120,12 +108,12 @@ def _batches(payloads: list[bytes], batch_size: int):
 def measure_sequential(pipeline: Pipeline, payloads: list[bytes], batch_size: int, duration_s: float) -> dict:
     """One thread: decode+preprocess a batch, run the core on it, top-k; repeat."""
     batches = _batches(payloads, batch_size)
-    pipeline.classify(next(batches))  # warm-up (first run allocates)
+    pipeline.run(next(batches))  # warm-up (first run allocates)
     latencies, images = [], 0
     start = time.perf_counter()
     while time.perf_counter() - start < duration_s:
         began = time.perf_counter()
-        results = pipeline.classify(next(batches))
+        results = pipeline.run(next(batches))
         latencies.append(time.perf_counter() - began)
         images += len(results)
     elapsed = time.perf_counter() - start
@@ -146,7 +134,7 @@ def measure_pipelined(pipeline: Pipeline, payloads: list[bytes], batch_size: int
     overlaps its steps the same way).
     """
     batches = _batches(payloads, batch_size)
-    pipeline.classify(next(batches))
+    pipeline.run(next(batches))
     images = 0
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = pool.submit(pipeline.preprocess, next(batches))
@@ -162,14 +150,14 @@ def measure_pipelined(pipeline: Pipeline, payloads: list[bytes], batch_size: int
 
 def measure_parallel(pipeline: Pipeline, payloads: list[bytes], batch_size: int, duration_s: float, workers: int) -> dict:
     """``workers`` threads, each running the whole pipeline on its own batches (one shared session)."""
-    pipeline.classify(payloads[:batch_size])
+    pipeline.run(payloads[:batch_size])
     counts = [0] * workers
     deadline = time.perf_counter() + duration_s
 
     def work(worker: int) -> None:
         batches = _batches(payloads[worker:] + payloads[:worker], batch_size)
         while time.perf_counter() < deadline:
-            counts[worker] += len(pipeline.classify(next(batches)))
+            counts[worker] += len(pipeline.run(next(batches)))
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -33,67 +33,33 @@ from typing import Any
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from benchmarks import images
-from builders import recipe as recipes
+from benchmarks import cpu, images
 from devtools import loadgen
 from devtools.triton_server import LocalTritonServer
-from vision_serving import classification, core_model, detection, image_codec, layout, model_config, preprocessing, segmentation
+from vision_serving import layout, model_config
+from vision_serving.pipeline_configs import PipelineConfigs
+from vision_serving.served import ServedPipeline
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BATCH = 8
 
 
-class InProcess:
-    """One pipeline's served computation in this process."""
-
-    def __init__(self, pipeline: layout.Pipeline) -> None:
-        self.task = recipes.load(pipeline).task
-        preprocess = model_config.load_config(pipeline.model_dir("preprocess"))
-        self.spec = preprocessing.PreprocessSpec.from_config(preprocess)
-        self.limits = preprocessing.limits_from_config(preprocess)
-        preprocessing.set_threads(model_config.int_parameter(preprocess, "opencv_threads", 0))
-        self.core = core_model.load(model_config.load_config(pipeline.core_dir, "cpu"), pipeline.core_version_dir)  # as served
-        postprocess = model_config.load_config(pipeline.model_dir("postprocess"))
-        if self.task == "classification":
-            logits = model_config.tensors_by_role(postprocess).required_input("FP32")
-            classes = int(model_config.tensor(postprocess, logits).dims[-1])
-            self.top_k = model_config.int_parameter(postprocess, "top_k")
-            self.labels = classification.load_labels(
-                pipeline.model_dir("postprocess") / model_config.parameter(postprocess, "labels_file"), classes
-            )
-        elif self.task == "segmentation":
-            self.mask_spec = segmentation.MaskSpec(
-                model_config.parameter(postprocess, "mask_mode"), float(model_config.parameter(postprocess, "threshold"))
-            )
-        elif self.task == "detection":
-            self.detector = detection.DetectorSpec.from_config(postprocess)
-            self.anchors = detection.ssd_anchors(self.detector.decode.anchors)
-        else:
-            raise ValueError(f"no in-process postprocessing for task {self.task!r}")
-
-    def __call__(self, payloads: list[bytes]) -> int:
-        decoded = [image_codec.decode_rgb(data, self.limits) for data in payloads]
-        batch = preprocessing.preprocess_batch(decoded, self.spec)
-        outputs = self.core.run({self.core.input_names[0]: batch})
-        if self.task == "classification":
-            classification.top_k(outputs[0], [self.top_k] * len(decoded), self.labels)
-        elif self.task == "detection":
-            by_width = {int(output.shape[-1]): output for output in outputs}  # regressors, logits: by their last dim
-            raw_boxes, raw_scores = by_width[self.detector.decode.num_coords], by_width[self.detector.num_classes]
-            detection.detect(raw_boxes, raw_scores, preprocessing.image_sizes(decoded), self.detector, anchors=self.anchors)
-        else:
-            segmentation.masks(outputs[0], preprocessing.image_sizes(decoded), self.mask_spec)
-        return len(decoded)
+def in_process(pipeline: layout.Pipeline) -> ServedPipeline:
+    """One pipeline's served computation in this process, with its served core config and thread settings."""
+    served = ServedPipeline.load(PipelineConfigs.load(pipeline))
+    served.use_served_threads()
+    return served
 
 
 def _limit_worker(name: str, repository: str, payloads: list[bytes], duration_s: float, queue: Any) -> None:
-    run = InProcess(layout.pipeline(name, Path(repository)))
-    run(payloads[:BATCH])  # warm-up
+    served = in_process(layout.pipeline(name, Path(repository)))
+    served.run(payloads[:BATCH]).outputs()  # warm-up
     done, start, position = 0, time.perf_counter(), 0
     while time.perf_counter() - start < duration_s:
         chunk = [payloads[(position + i) % len(payloads)] for i in range(BATCH)]
         position += BATCH
-        done += run(chunk)
+        served.run(chunk).outputs()  # every output tensor, as the server answers
+        done += len(chunk)
     queue.put(done / (time.perf_counter() - start))
 
 
@@ -136,7 +102,8 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         "# Pipelines: each ensemble against its in-process limit",
         f"Command: `{result['command']}`  ",
-        f"Run: {result['created_at']}; {result['cpus']} CPUs; load average at start {result['load_average']}.  ",
+        f"Run: {result['created_at']}; {cpu.describe(result['machine']) if 'machine' in result else str(result['cpus']) + ' CPUs'}; "
+        f"load average at start {result['load_average']}.  ",
         f"Requests: {result['images']} real photos as JPEG (longer side 320/640/1024 px), one per request; "
         f"closed loop at concurrency {result['concurrency']}, {result['warmup_s']} s warm-up + {result['duration_s']} s window.",
         "",
@@ -154,18 +121,24 @@ def render(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pipelines", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pipeline", action="append", help="only these pipelines (default: every one)")
+    parser.add_argument("--model-repository", type=Path, default=layout.MODEL_REPOSITORY, help="default: %(default)s")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured window")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
-    chosen = [layout.pipeline(name) for name in args.pipeline] if args.pipeline else layout.pipelines()
+    chosen = (
+        [layout.pipeline(name, args.model_repository) for name in args.pipeline]
+        if args.pipeline
+        else layout.pipelines(args.model_repository)
+    )
     payloads = [p.data for p in images.jpeg_payloads()]
     processes = os.cpu_count() or 1
     result: dict[str, Any] = {
         "command": " ".join(["python -m benchmarks.pipelines", *(argv if argv is not None else sys.argv[1:])]),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": processes,
+        "machine": cpu.machine(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "images": len(payloads),
         "concurrency": args.concurrency,
@@ -178,7 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{pipeline.name}: in-process limit {limit:.1f} img/s", file=sys.stderr, flush=True)
         result["pipelines"][pipeline.name] = {"limit": limit}
     server = LocalTritonServer(
-        http_port=loadgen.free_port(), grpc_port=loadgen.free_port(), metrics_port=loadgen.free_port(), log_file=Path("/dev/null")
+        http_port=loadgen.free_port(),
+        grpc_port=loadgen.free_port(),
+        metrics_port=loadgen.free_port(),
+        log_file=Path("/dev/null"),
+        model_repository=args.model_repository,
+        pipelines=[pipeline.name for pipeline in chosen],
     )
     server.start()
     try:

@@ -407,7 +407,7 @@ def summary(results: dict) -> str:
     return "\n".join(lines)
 
 
-# The issue's targets (issue 11), as ratios measured side by side in one run.
+# The speed targets, as ratios measured side by side in one run.
 TARGET_WEB = 1.3  # web photos: ensemble throughput / in-process onnxruntime-FP32 limit (OpenCV full decode)
 TARGET_PHONE = 2.5  # 12 MP phone photos: the same ratio
 TARGET_SINGLE = 1.5  # c=1: ensemble p50 / one in-process request (onnxruntime FP32, 2 threads)
@@ -558,7 +558,7 @@ def markdown_runs(results: dict) -> str:
         "with mild sensor-like noise so that they compress like phone photos (2.5–4 MB), every other one stored sideways "
         "with EXIF orientation 6 (benchmarks/images.py).\n"
     )
-    out.append("\n## Targets (issue 11)\n\n")
+    out.append("\n## Targets\n\n")
     out.append(_targets_table(results["targets"]))
     out.append("\n![latency vs throughput](plot.png)\n")
     for mix, run in runs.items():

@@ -145,6 +145,7 @@ def machine_description() -> dict:
 
     return {
         "cpu_model": cpu_model,
+        "instruction_sets": cpu.machine()["instruction_sets"],
         "logical_cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_gib": memory_gib,
@@ -180,7 +181,8 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None, open
     payload_set = images.upload_mix(mix) if mix != "legacy" else images.jpeg_payloads(sizes=options.sizes)
     payloads = [p.data for p in payload_set]
     reference = pipeline.Pipeline(repository)
-    top_k, num_classes = reference.top_k, len(reference.labels)
+    post = reference.served.postprocessor
+    top_k, num_classes = post.settings.default_k, post.settings.num_classes  # type: ignore[attr-defined]
 
     results: dict = {
         "schema": 1,
@@ -231,7 +233,7 @@ def run_benchmark(options: Options, server, output_dir: Path | None = None, open
         results["skipped"]["ensemble_openvino"] = "no server with --model-config-name=cpu_openvino was given"
     core_tensors = np.empty((0,), dtype=np.float32)
     if "core_grpc" in options.systems:
-        core_tensors = pipeline.Pipeline(repository).preprocess(payloads[: min(8, len(payloads))])
+        core_tensors = pipeline.Pipeline(repository).core_batch(payloads[: min(8, len(payloads))])
 
     def wanted(name: str, levels: list[int] | None) -> list[int]:
         if name not in options.systems or name in results["skipped"]:

@@ -115,7 +115,7 @@ def naive_sender(port: int, payloads: list[bytes], top_k: int) -> SenderFactory:
                 raise
             if response.status != 200:
                 raise WrongAnswer(f"HTTP {response.status}: {body[:200]!r}")
-            if len(json.loads(body)["labels"]) != top_k:
+            if len(json.loads(body)[LABELS_OUTPUT]) != top_k:
                 raise WrongAnswer("wrong number of labels")
 
         return send
