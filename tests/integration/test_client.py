@@ -1,4 +1,4 @@
-"""The client CLI (scripts/classify.py) and the curl example against a real tritonserver."""
+"""The client CLI (devtools/client.py as ./scripts/classify, the other tasks' clients share it) and the curl example, on a real tritonserver."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from devtools import client as classify
+from devtools import client
 from devtools.loadgen import free_port
 from vision_serving import layout
+from vision_serving.tasks import registry
 
 REPOSITORY_ROOT = layout.REPOSITORY_ROOT
+CLASSIFICATION = registry.task("classification")
 CAT_LABELS = {"tiger cat", "Egyptian cat", "tabby"}
 
 pytestmark = pytest.mark.integration
@@ -30,8 +32,13 @@ def url_for(server, protocol: str) -> str:
     return server.grpc_url if protocol == "grpc" else server.http_url
 
 
+def classify(argv: list[str]) -> int:
+    """``./scripts/classify ARGV`` in process."""
+    return client.main("classification", "image_classifier", "classify", argv)
+
+
 def run_json(capsys, argv: list[str]) -> tuple[int, list[dict], str]:
-    code = classify.main([*argv, "--json"])
+    code = classify([*argv, "--json"])
     captured = capsys.readouterr()
     return code, json.loads(captured.out), captured.err
 
@@ -39,7 +46,7 @@ def run_json(capsys, argv: list[str]) -> tuple[int, list[dict], str]:
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_table_output_classifies_real_photos(triton_server, photo_dir, protocol, capsys):
     files = [str(photo_dir / "chelsea.png"), str(photo_dir / "coffee.png")]
-    code = classify.main(["--protocol", protocol, "--url", url_for(triton_server, protocol), *files])
+    code = classify(["--protocol", protocol, "--url", url_for(triton_server, protocol), *files])
     out = capsys.readouterr().out
     assert code == 0
     chelsea, coffee = out.split("\n\n")
@@ -94,7 +101,7 @@ def test_bad_file_is_reported_and_others_still_classified(triton_server, photo_b
     assert "predictions" not in bad and bad["error"]
 
     # Table mode: the error goes to stderr, one line naming the file; the good files still print.
-    code = classify.main(["--protocol", protocol, "--url", url, str(tmp_path)])
+    code = classify(["--protocol", protocol, "--url", url, str(tmp_path)])
     captured = capsys.readouterr()
     assert code == 1
     assert "espresso" in captured.out and "b_bad.jpg" not in captured.out
@@ -113,7 +120,7 @@ def test_missing_file_is_reported_for_that_file(triton_server, photo_dir, tmp_pa
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_unreachable_server_exits_2_with_one_line(photo_dir, protocol, capsys):
     url = f"localhost:{free_port()}"
-    code = classify.main(["--protocol", protocol, "--url", url, "--timeout", "10", "--deadline", "0", str(photo_dir)])
+    code = classify(["--protocol", protocol, "--url", url, "--timeout", "10", "--deadline", "0", str(photo_dir)])
     captured = capsys.readouterr()
     assert code == 2
     assert captured.out == ""
@@ -122,35 +129,39 @@ def test_unreachable_server_exits_2_with_one_line(photo_dir, protocol, capsys):
 
 
 def test_unknown_model_exits_2(triton_server, photo_dir, capsys):
-    code = classify.main(["--url", triton_server.grpc_url, "--model", "no_such_model", str(photo_dir)])
+    code = classify(["--url", triton_server.grpc_url, "--model", "no_such_model", str(photo_dir)])
     assert code == 2
     assert "model 'no_such_model' is not ready" in capsys.readouterr().err
 
 
-def test_model_interface_is_read_from_metadata(triton_server):
-    connection = classify.TritonConnection("grpc", triton_server.grpc_url, timeout=10)
+def test_pipeline_interface_is_read_from_the_server(triton_server):
+    """The task comes from the postprocess step's ``task`` parameter, the tensors from the ensemble's config, by role."""
+    connection = client.TritonConnection("grpc", triton_server.grpc_url, timeout=10)
     try:
-        interface = connection.model_interface("image_classifier")
+        interface = connection.pipeline_interface("image_classifier")
+        assert interface == client.PipelineInterface(
+            name="image_classifier",
+            task=CLASSIFICATION,
+            image_input="IMAGE",
+            request_inputs={"top_k": "TOP_K"},
+            outputs={"labels": "LABELS", "scores": "SCORES", "class_ids": "CLASS_IDS"},
+            max_batch_size=32,
+        )
+        assert connection.pipeline_interface("face_detector").task is registry.task("detection")
+        with pytest.raises(client.ClientError, match="model 'person_segmenter' is a segmentation pipeline, not classification"):
+            connection.pipeline_interface("person_segmenter", CLASSIFICATION)
+        with pytest.raises(client.ClientError, match="model 'image_classifier_core' is not a pipeline of this bundle"):
+            connection.pipeline_interface("image_classifier_core")
     finally:
         connection.close()
-    assert interface == classify.ModelInterface(
-        name="image_classifier",
-        image_input="IMAGE",
-        top_k_input="TOP_K",
-        labels_output="LABELS",
-        scores_output="SCORES",
-        class_ids_output="CLASS_IDS",
-        max_batch_size=32,
+
+
+def test_the_wrong_client_for_a_pipeline_exits_2(triton_server, photo_dir, capsys):
+    assert classify(["--url", triton_server.grpc_url, "--model", "face_detector", str(photo_dir)]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == "classify: error: model 'face_detector' is a detection pipeline, not classification: use its own client"
     )
-
-
-def test_a_model_that_is_not_a_classifier_is_refused():
-    metadata = {
-        "inputs": [{"name": "images", "datatype": "FP32", "shape": [-1, 3, 224, 224]}],
-        "outputs": [{"name": "logits", "datatype": "FP32", "shape": [-1, 1000]}],
-    }
-    with pytest.raises(classify.ClassifyError, match="does not look like an image classifier"):
-        classify.interface_from_metadata("image_classifier_core", metadata, 32)
 
 
 def test_shell_wrapper_resolves_paths_from_the_callers_directory(triton_server, photo_dir):
@@ -202,7 +213,7 @@ def test_a_refused_connection_is_retried_until_the_deadline(photo_dir, protocol,
     import time
 
     started = time.monotonic()
-    code = classify.main(["--protocol", protocol, "--url", f"localhost:{free_port()}", "--deadline", "1.5", str(photo_dir)])
+    code = classify(["--protocol", protocol, "--url", f"localhost:{free_port()}", "--deadline", "1.5", str(photo_dir)])
     elapsed = time.monotonic() - started
     assert code == 2 and "cannot reach" in capsys.readouterr().err
     assert 0.5 < elapsed < 1.5 + 3, elapsed  # retried (not one attempt), gave up by the deadline

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from builders import calibration
+from builders import calibration, loaded
 from devtools.loadgen import copy_repository, running_server
 from devtools.prometheus import LocalPrometheus, ScrapeTarget, alert_rule_groups
 from tests.support.pipelines import CLASSIFIER, built_classifier
@@ -46,12 +46,10 @@ def settings() -> drift.DriftSettings:
 def reference_images() -> list[bytes]:
     """The images the drift reference was built from (builders.drift_reference: the held-out photos and
     their seeded augmentations), encoded as a client sends them."""
-    from builders import precision
-
-    repository = layout.pipeline(PIPELINE).repository
-    _, limits = calibration.served_preprocessing(repository)
-    sources = calibration.evaluation_sources(repository)
-    count = len(sources) * (1 + precision.AUGMENTED_PER_PHOTO)
+    pipeline = loaded.load(layout.pipeline(PIPELINE))
+    limits = pipeline.configs.limits
+    sources = calibration.evaluation_sources(pipeline)
+    count = len(sources) * (1 + calibration.AUGMENTED_PER_PHOTO)
     samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, limits)
     return [sample.data for sample in samples]
 
@@ -120,7 +118,7 @@ def server(tmp_path_factory):
     from builders import drift_reference
 
     pipeline = built_classifier()
-    drift_reference.build(pipeline.repository, log=lambda message: None)
+    drift_reference.build(loaded.load(pipeline), log=lambda message: None)
     root = tmp_path_factory.mktemp("drift")
     copy_repository(pipeline.repository, root / "model_repository" / PIPELINE)
     with running_server(root / "model_repository", root / "logs") as running:

@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from builders import calibration, drift_reference
+from builders import calibration, drift_reference, loaded
 from devtools.loadgen import running_server
 from tests.support.pipelines import built_classifier
 from vision_serving import drift, layout
@@ -51,7 +51,7 @@ SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} (\S+)$")
 def small_window_copy(destination: Path) -> Path:
     """The built classifier pipeline (with its drift reference) copied, with small drift windows."""
     pipeline = built_classifier()
-    drift_reference.build(pipeline.repository, log=lambda message: None)
+    drift_reference.build(loaded.load(pipeline), log=lambda message: None)
     root = destination / "model_repository"
     shutil.copytree(
         pipeline.repository,
@@ -92,8 +92,9 @@ def by_feature(samples: dict[tuple[tuple[str, str], ...], float], model: str) ->
 
 def in_distribution(count: int) -> list[bytes]:
     """The reference's photos, augmented with another seed than the reference's (same profile)."""
-    _spec, limits = calibration.served_preprocessing(layout.pipeline(PIPELINE).repository)
-    sources = calibration.evaluation_sources(layout.pipeline(PIPELINE).repository)
+    pipeline = loaded.load(layout.pipeline(PIPELINE))
+    limits = pipeline.configs.limits
+    sources = calibration.evaluation_sources(pipeline)
     samples = calibration.make_samples(sources, count, STREAM_SEED, calibration.EVALUATION_PROFILE, limits, include_originals=False)
     return [sample.data for sample in samples]
 

@@ -10,8 +10,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from vision_serving import classification, core_model, model_config, preprocessing
-from vision_serving.image_codec import decode_rgb
+from vision_serving.pipeline_configs import PipelineConfigs
+from vision_serving.served import ServedPipeline
 
 pytestmark = pytest.mark.integration
 
@@ -59,22 +59,11 @@ def test_served_equals_in_process_pipeline(triton_server, built_repository, phot
     names = ["chelsea", "coffee", "camera", "astronaut"]
     _labels, scores, class_ids = infer(make_client(triton_server, "grpc"), grpcclient, [photo_bytes[n] for n in names])
 
-    preprocess_config = model_config.load_config(built_repository / "image_classifier" / "image_classifier_preprocess")
-    limits = preprocessing.limits_from_config(preprocess_config)
-    batch = preprocessing.preprocess_batch(
-        [decode_rgb(photo_bytes[n], limits) for n in names], preprocessing.PreprocessSpec.from_config(preprocess_config)
-    )
-    core_config = model_config.load_config(built_repository / "image_classifier" / "image_classifier_core", "cpu")
-    core = core_model.load(core_config, built_repository / "image_classifier" / "image_classifier_core" / "1")  # as served
-    (logits,) = core.run({core.input_names[0]: batch})
-    expected = classification.top_k(
-        logits,
-        [5] * len(names),
-        classification.load_labels(built_repository / "image_classifier" / "image_classifier_postprocess" / "labels.txt", 1000),
-    )
-    for row, result in enumerate(expected):
-        assert class_ids[row].tolist() == result.class_ids.tolist()
-        np.testing.assert_allclose(scores[row], result.scores, atol=1e-5)
+    # The served pipeline in process: the same decoder, preprocessing, core config (cpu) and postprocessing.
+    served = ServedPipeline.load(PipelineConfigs.at(built_repository / MODEL), "cpu")
+    expected = served.run([photo_bytes[n] for n in names]).outputs()
+    assert class_ids.tolist() == expected["CLASS_IDS"].tolist()
+    np.testing.assert_allclose(scores, expected["SCORES"], atol=1e-5)
 
 
 def test_one_request_with_several_images(triton_server, photo_bytes):

@@ -20,10 +20,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from builders import recipe as recipes
-from builders import references
+from builders import loaded, references
 from tests.support import faces
-from vision_serving import detection, image_codec, layout, segmentation
+from vision_serving import image_codec, layout
+from vision_serving.tasks import detection, segmentation
 
 pytestmark = pytest.mark.integration
 
@@ -31,10 +31,12 @@ MODEL = "face_detector"
 CLIENTS = {"grpc": grpcclient, "http": httpclient}
 MIN_IOU = 0.9
 MAX_KEYPOINT_ERROR = 0.02  # of the face's width
-OUTPUTS = ("BOXES", "SCORES", "KEYPOINTS", "COUNT")
+OUTPUTS = ("BOXES", "SCORES", "CLASS_IDS", "LABELS", "KEYPOINTS", "COUNT")
 
 
-def detect(server, images: list[bytes], thresholds: list[float] | None = None, protocol: str = "grpc") -> dict[str, np.ndarray]:
+def detect(
+    server, images: list[bytes], thresholds: list[float] | None = None, protocol: str = "grpc", iou_thresholds: list[float] | None = None
+) -> dict[str, np.ndarray]:
     module = CLIENTS[protocol]
     client = module.InferenceServerClient(server.grpc_url if protocol == "grpc" else server.http_url)
     image_input = module.InferInput("IMAGE", [len(images), 1], "BYTES")
@@ -44,11 +46,18 @@ def detect(server, images: list[bytes], thresholds: list[float] | None = None, p
         threshold_input = module.InferInput("SCORE_THRESHOLD", [len(images), 1], "FP32")
         threshold_input.set_data_from_numpy(np.array(thresholds, dtype=np.float32).reshape(-1, 1))
         inputs.append(threshold_input)
+    if iou_thresholds is not None:
+        iou_input = module.InferInput("IOU_THRESHOLD", [len(images), 1], "FP32")
+        iou_input.set_data_from_numpy(np.array(iou_thresholds, dtype=np.float32).reshape(-1, 1))
+        inputs.append(iou_input)
     result = client.infer(MODEL, inputs)
     out = {name: result.as_numpy(name) for name in OUTPUTS}
     n, k = len(images), out["SCORES"].shape[1]
     assert out["BOXES"].shape == (n, k, 4) and out["KEYPOINTS"].shape == (n, k, 6, 2) and out["COUNT"].shape == (n, 1)
     assert out["BOXES"].dtype == out["SCORES"].dtype == out["KEYPOINTS"].dtype == np.float32 and out["COUNT"].dtype == np.int32
+    assert out["CLASS_IDS"].shape == out["LABELS"].shape == (n, k) and out["CLASS_IDS"].dtype == np.int32
+    for row, count in zip(out["LABELS"], out["COUNT"][:, 0]):  # one class, "face" (labels.txt); padding rows are empty
+        assert row[:count].tolist() == [b"face"] * count and row[count:].tolist() == [b""] * (k - count)
     assert k == out["COUNT"].max(initial=0)  # K is the request's largest count
     return out
 
@@ -135,6 +144,17 @@ def test_score_threshold_input(triton_server, photos, mediapipe):
         assert str(error.value.status()) == "StatusCode.INVALID_ARGUMENT"
 
 
+def test_iou_threshold_input(triton_server, photos):
+    """IOU_THRESHOLD overrides the NMS overlap (iou_threshold, 0.3) per image: near 1, the anchors around one face
+    are no longer merged into one detection; outside [0, 1] is the client's error."""
+    out = detect(triton_server, [photos["astronaut"]] * 2, iou_thresholds=[0.3, 0.95])
+    assert out["COUNT"][0, 0] == 1 and out["COUNT"][1, 0] > 1
+    assert detect(triton_server, [photos["astronaut"]])["COUNT"].tolist() == [[1]]
+    with pytest.raises(InferenceServerException, match=r"IOU_THRESHOLD must be in \[0, 1\]") as error:
+        detect(triton_server, [photos["astronaut"]], iou_thresholds=[2.0])
+    assert str(error.value.status()) == "StatusCode.INVALID_ARGUMENT"
+
+
 def test_http_and_grpc_agree(triton_server, photos):
     grpc_out = detect(triton_server, [photos["faces_2x2"]], protocol="grpc")
     http_out = detect(triton_server, [photos["faces_2x2"]], protocol="http")
@@ -192,9 +212,15 @@ def test_detect_client_prints_boxes_and_draws_them(triton_server, photos, tmp_pa
     )
     assert single.returncode == 0, single.stderr
     lines = single.stdout.splitlines()
-    assert lines[0] == f"astronaut.png: 1 face -> {drawn}" and lines[1].split() == ["face", "score", "x_min", "y_min", "x_max", "y_max"]
-    face, score, *box = lines[2].split()
-    assert face == "1" and 0.9 < float(score) < 1 and detection.box_iou([float(v) for v in box], [178, 83, 273, 178])[0, 0] > 0.95
+    assert lines[0] == f"astronaut.png: 1 detection (1 face) -> {drawn}"
+    assert lines[1].split() == ["#", "label", "score", "x_min", "y_min", "x_max", "y_max"]
+    index, label, score, *box = lines[2].split()
+    assert (
+        index == "1"
+        and label == "face"
+        and 0.9 < float(score) < 1
+        and detection.box_iou([float(v) for v in box], [178, 83, 273, 178])[0, 0] > 0.95
+    )
     image = image_codec.decode_rgb(drawn.read_bytes(), faces.LIMITS)
     original = image_codec.decode_rgb(photos["astronaut"], faces.LIMITS)
     assert image.shape == original.shape and not np.array_equal(image, original)
@@ -220,15 +246,16 @@ def test_detect_client_prints_boxes_and_draws_them(triton_server, photos, tmp_pa
     )
     assert folder.returncode == 1 and f"detect: error: {uploads / 'broken.jpg'}:" in folder.stderr
     results = {Path(r["file"]).name: r for r in json.loads(folder.stdout)}
-    assert "error" in results["broken.jpg"] and results["coffee.png"]["faces"] == []
-    (found,) = results["astronaut.png"]["faces"]
-    assert set(found["keypoints"]) == set(detection.KEYPOINT_NAMES) and found["score"] > 0.6
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["astronaut.faces.jpg", "coffee.faces.jpg"]
+    assert "error" in results["broken.jpg"] and results["coffee.png"]["detections"] == []
+    (found,) = results["astronaut.png"]["detections"]
+    assert found["label"] == "face" and found["class_id"] == 0 and found["score"] > 0.6
+    assert np.array(found["keypoints"]).shape == (6, 2)  # MediaPipe's six: eyes, nose tip, mouth, ear tragions
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["astronaut.detections.jpg", "coffee.detections.jpg"]
 
 
 def test_golden_photos_of_the_recipe(triton_server, photos):
     """pipeline.toml [golden]: photo -> the number of faces the served pipeline finds."""
-    golden = recipes.load(layout.pipeline(MODEL)).golden
+    golden = loaded.load(layout.pipeline(MODEL)).recipe.golden
     assert golden, "the recipe names golden photos"
     out = detect(triton_server, [photos[name] for name in golden])
     assert out["COUNT"][:, 0].tolist() == list(golden.values())

@@ -1,4 +1,4 @@
-"""The Python models of a real tritonserver load no client library (issue 13: the serving image has
+"""The Python models of a real tritonserver load no client library (the serving image has
 no tritonclient/grpcio): vision_serving parses configs with the schema vendored in vision_serving/protos.
 
 Read from each Python backend stub's /proc/<pid>/maps: the shared objects its interpreter loaded. The

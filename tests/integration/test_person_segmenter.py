@@ -11,7 +11,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from builders import references
-from vision_serving import image_codec, layout, segmentation
+from vision_serving import image_codec, layout
+from vision_serving.tasks import segmentation
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +120,8 @@ def test_segment_client_saves_masks_and_overlays(triton_server, photo_bytes, tmp
     )
     assert completed.returncode == 1, completed.stderr
     assert f"segment: error: {photos_dir / 'broken.jpg'}:" in completed.stderr
-    assert "person" in completed.stdout and "astronaut.mask.png" in completed.stdout
+    (line,) = completed.stdout.splitlines()
+    assert line.startswith(f"{photos_dir / 'astronaut.png'}  coverage ") and "astronaut.mask.png" in line
     mask = segmentation.decode_png((out / "astronaut.mask.png").read_bytes())
     assert mask.shape == (512, 512) and 0.5 < (mask == 255).mean() < 0.6
     assert (out / "astronaut.overlay.jpg").stat().st_size > 1000

@@ -106,7 +106,13 @@ def test_command_line_lists_problems_and_exits_1(root, copied):
             "expects TYPE_FP16",
         ),
         ("preprocess", "config.pbtxt", 'string_value: "bicubic"', 'string_value: "lanczos"', "interpolation 'lanczos'"),
-        ("preprocess", "config.pbtxt", 'string_value: "NCHW"', 'string_value: "NHWC"', "not a square 3-channel NHWC image"),
+        (
+            "preprocess",
+            "config.pbtxt",
+            'string_value: "NCHW"',
+            'string_value: "NHWC"',
+            "output dims [3, 224, 224] are not a 3-channel NHWC image",
+        ),
         ("preprocess", "config.pbtxt", 'string_value: "2.0"', 'string_value: "0.5"', "resize_reducing_gap must be 0 (off) or >= 1"),
         ("preprocess", "config.pbtxt", 'string_value: "2.0"', 'string_value: "two"', "'resize_reducing_gap' must be a number"),
         ("postprocess", "config.pbtxt", 'string_value: "5"', 'string_value: "0"', "TOP_K must be between 1 and 1000"),
@@ -213,8 +219,8 @@ PARAMETER = 'value: {{ string_value: "{}" }}'
     "model, file, old, new, problem",
     [
         # MediaPipe's options are all required, parsed, and must agree with each other and the tensors.
-        ("postprocess", "config.pbtxt", '{ key: "num_layers", value: { string_value: "4" } },\n', "", "missing detection parameter(s) num_layers"),
-        ("postprocess", "config.pbtxt", 'key: "min_scale"', 'key: "min_scael"', "unknown detection parameter(s) min_scael"),
+        ("postprocess", "config.pbtxt", '{ key: "num_layers", value: { string_value: "4" } },\n', "", "head mediapipe_ssd: missing parameter(s) num_layers"),
+        ("postprocess", "config.pbtxt", 'key: "min_scale"', 'key: "min_scael"', "unknown parameter(s) min_scael for head mediapipe_ssd"),
         ("postprocess", "config.pbtxt", 'key: "num_boxes", value: { string_value: "896" }', 'key: "num_boxes", value: { string_value: "897" }',
          "the anchor options give 896 anchors, num_boxes is 897"),
         ("postprocess", "config.pbtxt", 'key: "strides", value: { string_value: "8,16,16,16" }', 'key: "strides", value: { string_value: "8,16,16" }',
@@ -223,11 +229,12 @@ PARAMETER = 'value: {{ string_value: "{}" }}'
         ("postprocess", "config.pbtxt", 'key: "max_detections", value: { string_value: "100" }', 'key: "max_detections", value: { string_value: "0" }',
          "max_detections must be positive"),
         ("postprocess", "config.pbtxt", 'key: "sigmoid_score", value: { string_value: "true" }', 'key: "sigmoid_score", value: { string_value: "yes" }',
-         "detection parameter sigmoid_score: expected true or false"),
+         "head mediapipe_ssd: parameter sigmoid_score: expected true or false"),
         # Tensors by role: the keypoints output must have num_keypoints rows.
-        ("postprocess", "config.pbtxt", "dims: [ -1, 6, 2 ]", "dims: [ -1, 5, 2 ]", "expected exactly one FP32 output [-1, 6, 2]"),
-        # The letterbox the postprocess undoes is the one the preprocess made.
-        ("preprocess", "config.pbtxt", 'string_value: "letterbox"', 'string_value: "stretch"', "decodes boxes of a 128x128 letterbox"),
+        ("postprocess", "config.pbtxt", "dims: [ -1, 6, 2 ]", "dims: [ -1, 5, 2 ]", "no output is FP32 [-1, 6, 2] (keypoints)"),
+        # The anchors are laid on the input the preprocess makes.
+        ("preprocess", "config.pbtxt", "dims: [ 128, 128, 3 ]", "dims: [ 192, 192, 3 ]",
+         "head mediapipe_ssd lays its anchors on a 128x128 input, but the preprocess model makes 192x192"),
         # The letterbox is MediaPipe's own (aliasing) warp: no anti-aliased reduction.
         ("preprocess", "config.pbtxt", '{ key: "interpolation"', '{ key: "resize_reducing_gap", value: { string_value: "2.0" } },\n  { key: "interpolation"',
          "resize_reducing_gap applies to resize center_crop only"),

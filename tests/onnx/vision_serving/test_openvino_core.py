@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.support.pipelines import built_classifier
-from vision_serving import core_model, layout, model_config
+from vision_serving import core_model, cpu_core, layout, model_config
 from vision_serving.onnx_core import OnnxCore
 from vision_serving.openvino_core import OpenVinoCore, compile_properties
 
@@ -40,7 +40,7 @@ def test_every_pipeline_has_an_openvino_core_and_defaults_to_onnxruntime_fp32():
 
 def test_openvino_matches_onnxruntime_fp32(openvino_config):
     pipeline = built_classifier()
-    openvino = core_model.load(openvino_config, pipeline.core_version_dir)
+    openvino = cpu_core.load(openvino_config, pipeline.core_version_dir)
     assert isinstance(openvino, OpenVinoCore) and openvino.onnx_path.name == layout.FP32_ONNX
     onnxruntime = OnnxCore(model_config.load_config(CLASSIFIER.core_dir, "cpu_onnxruntime"), pipeline.core_version_dir)
     (image,) = openvino_config.input

@@ -122,10 +122,16 @@ def test_deadline_zero_means_no_retries():
     assert client.calls == 1
 
 
-def test_the_clis_take_a_deadline():
-    from devtools import client, detect_client, segment_client
+def test_every_tasks_client_takes_a_deadline_and_its_own_options():
+    from devtools import client
+    from vision_serving.tasks import registry
 
-    assert client.parse_args(["x.jpg", "--deadline", "2.5"]).deadline == 2.5
-    assert client.parse_args(["x.jpg"]).deadline == client.DEFAULT_DEADLINE_S
-    assert detect_client.parse_args(["x.jpg", "--deadline", "0"]).deadline == 0.0
-    assert segment_client.parse_args(["x.jpg", "--deadline", "1"]).deadline == 1.0
+    classify = registry.task("classification")
+    assert client.parse_args("classify", classify, "image_classifier", ["x.jpg", "--deadline", "2.5"]).deadline == 2.5
+    assert client.parse_args("classify", classify, "image_classifier", ["x.jpg", "--top-k", "3"]).deadline == client.DEFAULT_DEADLINE_S
+    detect = client.parse_args(
+        "detect", registry.task("detection"), "face_detector", ["x.jpg", "--deadline", "0", "--iou-threshold", "0.5"]
+    )
+    assert detect.deadline == 0.0 and detect.iou_threshold == 0.5 and detect.model == "face_detector"
+    segment = client.parse_args("segment", registry.task("segmentation"), "person_segmenter", ["x.jpg", "--deadline", "1", "--overlay"])
+    assert segment.deadline == 1.0 and segment.overlay
