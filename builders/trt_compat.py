@@ -426,13 +426,11 @@ class _Checker:
         if type_name == "DOUBLE":
             self.add("warning", "double-dtype", "DOUBLE is cast down to FP32 by TensorRT (values clamped to ±FLT_MAX)", node)
         elif type_name not in table.OPERATORS[node.op]:
-            self.add(
-                "error",
-                "unsupported-dtype",
-                f"{node.op} on {type_name} is not supported (TensorRT lists {', '.join(sorted(table.OPERATORS[node.op]))})",
-                node,
-                fix=("cast_nonzero_input",) if node.op == "NonZero" and type_name == "BOOL" else (),
-            )
+            message = f"{node.op} on {type_name} is not supported (TensorRT lists {', '.join(sorted(table.OPERATORS[node.op]))})"
+            if node.op == "NonZero" and type_name == "BOOL":  # an NMS graph's selection mask (Ultralytics' nms=True export)
+                self.add("error", "unsupported-dtype", message, node, fix=("cast_nonzero_input",))
+            else:
+                self.add("error", "unsupported-dtype", message, node)
 
     def _constant_inputs(self, node: gs.Node, top_level: bool) -> None:
         for index, name in table.CONSTANT_INPUTS.get(node.op, {}).items():

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
@@ -253,9 +254,9 @@ def test_http_through_the_proxy(fleet, photo_bytes):
     """KServe v2 over HTTP/1.1 (proxy_pass, keepalive upstreams): readiness and one classification."""
     with urllib.request.urlopen(f"http://{fleet.proxy.http_url}/v2/models/{MODEL}/ready", timeout=10) as response:
         assert response.status == 200
-    connection = TritonConnection("http", fleet.proxy.http_url, timeout=60)  # tensor names from the model's metadata
-    predictions = connection.infer(connection.model_interface(MODEL), [photo_bytes["coffee"]], top_k=1)
-    assert predictions[0][0].label in GOLDEN_LABELS["coffee"]
+    connection = TritonConnection("http", fleet.proxy.http_url, timeout=60)  # the task and tensors from the model's config
+    (answer,) = connection.infer(connection.pipeline_interface(MODEL), [photo_bytes["coffee"]], {"top_k": np.ones((1, 1), np.int32)})
+    assert answer["labels"].shape == (1,) and answer["labels"][0].decode() in GOLDEN_LABELS["coffee"]
 
 
 def test_weighted_split_90_10_within_3_points(fleet, load):

@@ -60,12 +60,23 @@ def add_version(repository: Path, version: int, broken: str | None = None) -> Pa
             node.output[:] = [f"{output}_raw" if name == output else name for name in node.output]
         model.graph.node.append(helper.make_node("Neg", [f"{output}_raw"], [output], name="broken_negate"))
         onnx.save(model, target / "model.onnx")
-    elif broken in ("init_fails", "execute_fails"):
-        method = "initialize(self, args)" if broken == "init_fails" else "execute(self, requests)"
+    elif broken == "init_fails":
         (target / "model.py").write_text(
             "from vision_serving.triton_models.core import TritonPythonModel as Served\n\n\n"
             "class TritonPythonModel(Served):\n"
-            f"    def {method}:\n"
+            "    def initialize(self, args):\n"
+            "        raise RuntimeError('broken version')\n"
+        )
+    elif broken == "execute_fails":
+        # Fails on real images only: its warm-up (zeros) passes, so it loads. (A warm-up that fails during a load
+        # under traffic can crash tritonserver 2.51 with SIGSEGV: devtools/rollout.py; init_fails covers a failed load.)
+        (target / "model.py").write_text(
+            "import triton_python_backend_utils as pb_utils\n\n"
+            "from vision_serving.triton_models.core import TritonPythonModel as Served\n\n\n"
+            "class TritonPythonModel(Served):\n"
+            "    def execute(self, requests):\n"
+            "        if all(not pb_utils.get_input_tensor_by_name(r, 'images').as_numpy().any() for r in requests):\n"
+            "            return super().execute(requests)\n"
             "        raise RuntimeError('broken version')\n"
         )
     elif broken is not None:
