@@ -10,18 +10,23 @@
   in 11), no calibrator (removed in 11);
 - one optimization profile per input: batch 1 .. ``max_batch_size`` of the
   core config, ``--opt-batch`` in between, the other dims from the config;
-- a workspace memory-pool limit, a timing cache (loaded when present, saved
-  after), ``build_serialized_network``;
+- hardware compatibility ``SAME_COMPUTE_CAPABILITY`` where the bindings have it
+  (TensorRT >= 10.10): the plan serves every GPU of the compute capability that
+  built it; older releases build for the GPU model at hand only (TensorRT's
+  default ``NONE``), and the plan cache and ``verify-plan`` then key on the GPU
+  model too, so an H100 SXM's plan is never served on an H100 PCIe or an H200;
+- a workspace memory-pool limit, a timing cache per GPU model (loaded when present,
+  saved after), ``build_serialized_network``;
 - the plan written atomically, then ``model.plan.json`` beside it: TensorRT
-  version, GPU name and compute capability, driver/CUDA, ONNX sha256, the
+  version, GPU name, compute capability and hardware compatibility, driver/CUDA, ONNX sha256, the
   calibration hash from the Q/DQ ONNX's own provenance JSON, profile shapes,
   builder flags, build time.
 
 ``verify-plan`` checks that provenance against the machine it runs on (an init
 container before the server starts): the plan's sha256, the TensorRT
 major.minor.patch (a plan only deserializes with the TensorRT release that
-built it; the fourth, build component may differ) and the compute capability
-of every visible GPU. ``--deserialize`` also loads the plan with
+built it; the fourth, build component may differ), the compute capability
+of every visible GPU, and its model when the plan was built without hardware compatibility. ``--deserialize`` also loads the plan with
 ``trt.Runtime`` and compares its I/O tensors with the core config.
 
 TensorRT is imported lazily: everything here except the build and
@@ -172,9 +177,34 @@ def major_minor(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def cache_key(tensorrt_version: str, compute_capability: str) -> str:
-    """Where a plan for this TensorRT release and GPU architecture lives in a plan cache."""
-    return f"trt{release(tensorrt_version)}-sm{compute_capability.replace('.', '')}"
+# How far a plan may travel (TensorRT's HardwareCompatibilityLevel). "same_compute_capability" (TensorRT >= 10.10's
+# SAME_COMPUTE_CAPABILITY): any GPU of the compute capability that built it. "none" (TensorRT's default, the only
+# choice before 10.10): only the GPU model that built it, so its cache key and its verification name the GPU model.
+SAME_COMPUTE_CAPABILITY = "same_compute_capability"
+GPU_MODEL_ONLY = "none"
+
+
+def gpu_slug(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``: a GPU model in a path."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown-gpu"
+
+
+def hardware_compatibility(trt: Any) -> str:
+    """The level this TensorRT builds plans at: SAME_COMPUTE_CAPABILITY where its bindings have it, else none."""
+    levels = getattr(trt, "HardwareCompatibilityLevel", None)
+    return SAME_COMPUTE_CAPABILITY if hasattr(levels, "SAME_COMPUTE_CAPABILITY") else GPU_MODEL_ONLY
+
+
+def set_hardware_compatibility(trt: Any, config: Any, level: str) -> None:
+    if level == SAME_COMPUTE_CAPABILITY:
+        config.hardware_compatibility_level = trt.HardwareCompatibilityLevel.SAME_COMPUTE_CAPABILITY
+
+
+def cache_key(tensorrt_version: str, compute_capability: str, compatibility: str = SAME_COMPUTE_CAPABILITY, gpu_name: str = "") -> str:
+    """Where a plan for this TensorRT release and GPU lives in a plan cache: by compute capability when the plan
+    is built for any GPU of it, else by GPU model too (a plan cache is shared by every node of a cluster)."""
+    key = f"trt{release(tensorrt_version)}-sm{compute_capability.replace('.', '')}"
+    return key if compatibility == SAME_COMPUTE_CAPABILITY else f"{key}-{gpu_slug(gpu_name)}"
 
 
 def cache_entry(cache_dir: Path, key: str, pipeline: str, inputs_hash: str) -> Path:
@@ -366,10 +396,12 @@ def count_qdq_nodes(onnx_path: Path) -> int | None:
 def compare_provenance(provenance: Mapping[str, Any], tensorrt_version: str, gpus: Sequence[GpuFacts]) -> list[str]:
     """Why a plan with this provenance cannot be served here (empty: it can)."""
     problems = []
+    built_gpu = provenance.get("gpu", {})
     built_trt = str(provenance.get("tensorrt", {}).get("version", ""))
-    built_cc = str(provenance.get("gpu", {}).get("compute_capability", ""))
+    built_cc = str(built_gpu.get("compute_capability", ""))
     if not built_trt or not built_cc:
         return ["the provenance has no TensorRT version or compute capability"]
+    compatibility = str(built_gpu.get("hardware_compatibility", GPU_MODEL_ONLY))  # older records: TensorRT's default
     if release(built_trt) != release(tensorrt_version):
         problems.append(
             f"plan built with TensorRT {release(built_trt)}, this machine has {release(tensorrt_version)} "
@@ -380,8 +412,13 @@ def compare_provenance(provenance: Mapping[str, Any], tensorrt_version: str, gpu
     for index, gpu in enumerate(gpus):
         if gpu.compute_capability != built_cc:
             problems.append(
-                f"plan built for compute capability {built_cc} ({provenance.get('gpu', {}).get('name', '?')}), "
+                f"plan built for compute capability {built_cc} ({built_gpu.get('name', '?')}), "
                 f"GPU {index} is {gpu.compute_capability} ({gpu.name})"
+            )
+        elif compatibility != SAME_COMPUTE_CAPABILITY and gpu.name != built_gpu.get("name"):
+            problems.append(
+                f"plan built on {built_gpu.get('name', '?')} without hardware compatibility (only that GPU model), "
+                f"GPU {index} is {gpu.name}"
             )
     return problems
 
@@ -451,7 +488,13 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
     trt = import_tensorrt()
     gpus = query_gpus()
     capability = single_compute_capability(gpus)
-    key = cache_key(trt.__version__, capability)
+    compatibility = hardware_compatibility(trt)
+    if compatibility != SAME_COMPUTE_CAPABILITY and len({gpu.name for gpu in gpus}) > 1:
+        raise BuildError(
+            f"TensorRT {release(trt.__version__)} builds plans for one GPU model and several are visible "
+            f"({', '.join(sorted({gpu.name for gpu in gpus}))}): set CUDA_VISIBLE_DEVICES to one kind"
+        )
+    key = cache_key(trt.__version__, capability, compatibility, gpus[0].name)
     onnx_sha = sha256_file(settings.onnx)
     profile_record = {p.name: p.as_dict() for p in profiles}
     workspace_bytes = settings.workspace_mib << 20
@@ -459,7 +502,7 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
     wanted_hash = input_hash(wanted)
 
     target_plan = settings.output
-    # Content-addressed: <cache>/trt<X.Y.Z>-sm<CC>/<pipeline>/<inputs hash>/model.plan. Two model
+    # Content-addressed: <cache>/<key>/<pipeline>/<inputs hash>/model.plan (key: trt<X.Y.Z>-sm<CC>[-<gpu model>]). Two model
     # versions sharing a cache (stable and canary pods on one PVC) never write the same entry, so
     # neither rebuilds over the other nor copies the other's plan between check and copy.
     entry = cache_entry(settings.cache_dir, key, settings.pipeline.name, wanted_hash) if settings.cache_dir else None
@@ -474,10 +517,11 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
         log(f"{key}: {target_plan} is up to date (use --force to rebuild)")
         return BuildResult("up-to-date", target_plan, current)
 
-    timing_cache = settings.timing_cache or ((settings.cache_dir or BUILD_DIR) / key / "timing.cache")
+    # Timing is measured per GPU model: its cache never crosses models, even when the plan may.
+    timing_cache = settings.timing_cache or ((settings.cache_dir or BUILD_DIR) / key / f"timing-{gpu_slug(gpus[0].name)}.cache")
     log(f"building {key} from {settings.onnx} ({len(profiles)} input(s), opt batch {profiles[0].opt[0] if profiles[0].opt else '-'})")
     started = time.monotonic()
-    plan_bytes, builder_record = _build_serialized(trt, settings.onnx, core, profiles, workspace_bytes, timing_cache, log)
+    plan_bytes, builder_record = _build_serialized(trt, settings.onnx, core, profiles, workspace_bytes, timing_cache, compatibility, log)
     seconds = round(time.monotonic() - started, 1)
 
     gpu = gpus[0]
@@ -501,6 +545,7 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
             "gpu": {
                 "name": gpu.name,
                 "compute_capability": capability,
+                "hardware_compatibility": compatibility,
                 "driver_version": gpu.driver_version,
                 "cuda_driver_version": gpu.cuda_driver_version,
                 "visible_gpus": len(gpus),
@@ -521,7 +566,14 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
 
 
 def _build_serialized(
-    trt: Any, onnx_path: Path, core: ModelConfig, profiles: Sequence[InputProfile], workspace_bytes: int, timing_cache: Path, log: Log
+    trt: Any,
+    onnx_path: Path,
+    core: ModelConfig,
+    profiles: Sequence[InputProfile],
+    workspace_bytes: int,
+    timing_cache: Path,
+    compatibility: str,
+    log: Log,
 ) -> tuple[bytes, dict[str, Any]]:
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
@@ -544,6 +596,7 @@ def _build_serialized(
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
+    set_hardware_compatibility(trt, config, compatibility)
     profile = builder.create_optimization_profile()
     for item in profiles:
         shape = network_inputs[item.name]
@@ -556,9 +609,9 @@ def _build_serialized(
 
     cache_bytes = timing_cache.read_bytes() if timing_cache.is_file() else b""
     cache = config.create_timing_cache(cache_bytes)
-    if not config.set_timing_cache(cache, ignore_mismatch=True):
-        log(f"timing cache {timing_cache} could not be used; starting an empty one")
-        config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=True)
+    if not config.set_timing_cache(cache, ignore_mismatch=False):  # one GPU model's cache: a mismatch is a stale one
+        log(f"timing cache {timing_cache} does not match this GPU or TensorRT; starting an empty one")
+        config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
     log(f"timing cache {timing_cache} ({'loaded ' + str(len(cache_bytes)) + ' bytes' if cache_bytes else 'new'})")
 
     serialized = builder.build_serialized_network(network, config)
@@ -571,6 +624,7 @@ def _build_serialized(
         "builder_flags": set_builder_flags(trt, config),
         "timing_cache": str(timing_cache),
         "timing_cache_loaded": bool(cache_bytes),
+        "hardware_compatibility": compatibility,
     }
     return bytes(memoryview(serialized)), record
 
@@ -702,7 +756,8 @@ def add_build_engine_step(subparsers: argparse._SubParsersAction[argparse.Argume
         "--cache-dir",
         type=Path,
         metavar="DIR",
-        help="plan cache: build into DIR/trt<X.Y.Z>-sm<CC>/<pipeline>/<inputs hash>/ (skipped when current there), then copy to --output",
+        help="plan cache: build into DIR/trt<X.Y.Z>-sm<CC>[-<gpu model>]/<pipeline>/<inputs hash>/ (skipped when current there), "
+        "then copy to --output",
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.set_defaults(run=run_build_engine)
@@ -736,18 +791,59 @@ def add_verify_plan_step(subparsers: argparse._SubParsersAction[argparse.Argumen
     parser.set_defaults(run=run_verify_plan)
 
 
+# --------------------------------------------------------------------------- the images: the same TensorRT release
+
+
+def release_mismatch(builder_version: str, server_version: str) -> str | None:
+    """Why plans the builder image builds would not load in the server image (None: they would)."""
+    if release(builder_version) == release(server_version):
+        return None
+    return (
+        f"the builder image has TensorRT {release(builder_version)}, the server image {release(server_version)}: plans built by "
+        "one do not load in the other. NVIDIA has built a tritonserver:YY.MM on the previous month's base: pick tags whose "
+        "TensorRT releases match (TRITONSERVER_BASE_IMAGE and TENSORRT_BASE_IMAGE in versions.env)"
+    )
+
+
+def run_same_tensorrt(args: argparse.Namespace) -> int:
+    server = args.server_version or tensorrt_version_from_libraries()
+    if server is None:
+        raise BuildError("no libnvinfer.so.X.Y.Z found here: run this in the server image, or pass --server-version")
+    problem = release_mismatch(args.builder_version, server)
+    if problem is not None:
+        raise VerificationError(problem)
+    print(f"same-tensorrt: builder {args.builder_version} and server {server}: TensorRT {release(server)} in both", file=sys.stderr)
+    return 0
+
+
+def add_same_tensorrt_step(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "same-tensorrt",
+        help="check that the builder image's TensorRT release is the server image's (exit 1 when not)",
+        description=(
+            "Compare the builder image's tensorrt.__version__ with the server image's libnvinfer.so.X.Y.Z (major.minor.patch). "
+            "docker/server.Dockerfile runs it while it builds, so a server image that could not load the builder's plans is "
+            "never built; docker/check-tensorrt.sh runs it on the two upstream images before you build."
+        ),
+    )
+    parser.add_argument("--builder-version", required=True, metavar="X.Y.Z", help="tensorrt.__version__ in the builder image")
+    parser.add_argument("--server-version", metavar="X.Y.Z", help="the server image's TensorRT (default: libnvinfer.so.X.Y.Z here)")
+    parser.set_defaults(run=run_same_tensorrt)
+
+
 # --------------------------------------------------------------------------- entry point
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m builders.tensorrt_engine {build-engine,verify-plan} ...``: the same subcommands as
-    ``python -m builders``, without building the other steps' parsers (which import onnx): the
+    """``python -m builders.tensorrt_engine {build-engine,verify-plan,same-tensorrt} ...``: the plan steps of
+    ``python -m builders`` (and the images' TensorRT check), without building the other steps' parsers (which import onnx): the
     server image runs ``verify-plan`` with only the serving requirements installed."""
     parser = argparse.ArgumentParser(prog="python -m builders.tensorrt_engine", description="Build or verify the core's TensorRT plan.")
     subparsers = parser.add_subparsers(title="steps", dest="step", required=True, metavar="STEP")
     common = arguments.common_options()
     add_build_engine_step(subparsers, common)
     add_verify_plan_step(subparsers, common)
+    add_same_tensorrt_step(subparsers, common)
     return arguments.run(parser.parse_args(argv))
 
 

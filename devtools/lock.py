@@ -73,7 +73,8 @@ SETS = (
         "the builder image (docker/builder.Dockerfile); torch (CPU) comes from TORCH_INDEX_URL, so it and PyPI torch's CUDA packages are left out",
         "3.12",
         IMAGE_PLATFORM,
-        drop=r"torch|triton|cuda-.*|nvidia-(?!ml-py$).*",
+        # cuda-python and its pure bindings stay (the GPU tests' numeric checks); the CUDA runtimes torch pulls in go.
+        drop=r"torch|triton|cuda-(?!python$|bindings$|pathfinder$|core$).*|nvidia-(?!ml-py$).*",
     ),
     LockSet("dev", ".venv: the local server, the builders and the tests (scripts/bootstrap.sh)", "3.11", LOCAL_PLATFORM, torch_cpu=True),
     LockSet("modelopt", "nvidia-modelopt alone, installed --no-deps after dev.txt or builder.txt", "3.11", LOCAL_PLATFORM, no_deps=True),

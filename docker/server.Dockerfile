@@ -10,6 +10,13 @@
 # it finds there, so no pipeline is named here. Nothing is installed at start. TRITON_RELEASE comes from versions.env
 # (the default below is asserted equal to it by tests/integration/test_deployment.py).
 ARG TRITON_RELEASE=26.11
+
+# The builder image's TensorRT release (docker/builder.Dockerfile is FROM this image): plans only load in the
+# release that built them, and NVIDIA has built a tritonserver:YY.MM on the previous month's base, so the same tag
+# does not promise the same TensorRT. Checked below, while this image builds (same-tensorrt).
+FROM nvcr.io/nvidia/tensorrt:${TRITON_RELEASE}-py3 AS builder-tensorrt
+RUN python3 -c "import tensorrt; print(tensorrt.__version__)" > /builder-tensorrt-version
+
 FROM nvcr.io/nvidia/tritonserver:${TRITON_RELEASE}-py3
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -51,6 +58,11 @@ COPY builders builders
 RUN python3 -m pip --python /opt/venv/bin/python install --no-compile --no-deps . \
     && rm -rf /opt/image-classifier/build /opt/image-classifier/*.egg-info
 
+# Fail the build, in one line, when the builder image's TensorRT is not this image's libnvinfer release.
+COPY --from=builder-tensorrt /builder-tensorrt-version /opt/image-classifier/builder-tensorrt-version
+RUN /opt/venv/bin/python -m builders.tensorrt_engine same-tensorrt \
+        --builder-version "$(cat /opt/image-classifier/builder-tensorrt-version)"
+
 # One --model-repository per <root>/<pipeline>/pipeline.toml, then exec tritonserver.
 COPY --chmod=0755 docker/tritonserver-pipelines.sh /usr/local/bin/tritonserver-pipelines
 # The liveness check (k8s livenessProbe exec): fails on a dead Python backend stub, which
@@ -60,7 +72,7 @@ COPY --chmod=0755 docker/triton-liveness.sh /usr/local/bin/triton-liveness
 ENV PATH=/opt/venv/bin:${PATH} \
     HOME=/tmp
 
-# triton-server (UID/GID 1000) is created by NVIDIA's image and owns /opt/tritonserver.
+# triton-server (UID/GID 1000) is created by NVIDIA's image; /opt/tritonserver stays owned by root (since 2.71) and is only read.
 USER 1000:1000
 WORKDIR /opt/tritonserver
 

@@ -279,7 +279,7 @@ def test_dockerfiles_take_the_versions_env_tag(versions):
     for name, path in DOCKERFILES.items():
         text = path.read_text()
         assert re.search(rf"^ARG TRITON_RELEASE={re.escape(versions['TRITON_RELEASE'])}$", text, re.MULTILINE), path.name
-        (base,) = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
+        *_, base = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)  # the last stage is the image (server: after the TensorRT check's)
         expected = versions["TRITONSERVER_BASE_IMAGE" if name == "server" else "TENSORRT_BASE_IMAGE"]
         assert base.replace("${TRITON_RELEASE}", versions["TRITON_RELEASE"]) == expected, path.name
         assert "${TRITON_RELEASE}" in base, f"{path.name}: the base tag must come from the build arg"
@@ -1049,6 +1049,59 @@ def test_the_builder_script_builds_every_pipeline(tmp_path):
     assert completed.returncode == 2 and completed.stdout == ""
     (line,) = completed.stderr.splitlines()
     assert line.startswith("build_artifacts: error: no pipeline in")
+
+
+def fake_docker(directory: Path, builder_tensorrt: str, server_library: str) -> None:
+    """A `docker` whose `run IMAGE` answers as the two upstream images would: tensorrt.__version__ or libnvinfer's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "docker"
+    path.write_text(f'#!/bin/sh\ncase "$*" in *tensorrt:*) echo "{builder_tensorrt}" ;; *tritonserver:*) echo "{server_library}" ;; esac\n')
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "builder, library, code, message",
+    [
+        ("10.13.3.9", "/usr/lib/x86_64-linux-gnu/libnvinfer.so.10.13.3", 0, "TensorRT 10.13.3 in both"),
+        (
+            "11.1.0.4",
+            "/usr/lib/x86_64-linux-gnu/libnvinfer.so.11.0.2",
+            1,
+            "error: the builder image has TensorRT 11.1.0, the server image 11.0.2",
+        ),
+        ("11.1.0.4", "", 2, "check-tensorrt: error: no libnvinfer.so.X.Y.Z in nvcr.io/nvidia/tritonserver:"),
+    ],
+    ids=["same", "previous-month-base", "no-library"],
+)
+def test_the_tensorrt_check_compares_the_two_upstream_images(tmp_path, builder, library, code, message):
+    """docker/check-tensorrt.sh on versions.env's images (docker answered by a stand-in: no Docker engine here), then
+    the same comparison the server image's build runs."""
+    fake_docker(tmp_path / "bin", builder, library)
+    completed = run_script(DOCKER / "check-tensorrt.sh", [], tmp_path / "bin", PYTHON=sys.executable, PYTHONPATH=str(ROOT))
+    assert completed.returncode == code, completed.stderr
+    (line,) = completed.stderr.strip().splitlines()
+    assert message in line
+
+
+def docker_engine() -> bool:
+    """A Docker CLI with an engine it can reach."""
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=60, check=False).returncode == 0
+
+
+@pytest.mark.skipif(not docker_engine(), reason="no Docker engine on this machine")
+def test_the_upstream_images_carry_the_same_tensorrt():
+    """Online: the real images of versions.env (pulls them)."""
+    completed = subprocess.run([str(DOCKER / "check-tensorrt.sh")], capture_output=True, text=True, timeout=3600, check=False)
+    assert completed.returncode == 0, completed.stderr
+
+
+def test_the_server_image_checks_the_builder_images_tensorrt_while_it_builds():
+    text = DOCKERFILES["server"].read_text()
+    assert re.search(r"^FROM nvcr\.io/nvidia/tensorrt:\$\{TRITON_RELEASE\}-py3 AS builder-tensorrt$", text, re.MULTILINE)
+    assert "COPY --from=builder-tensorrt /builder-tensorrt-version" in text
+    assert re.search(r"^RUN /opt/venv/bin/python -m builders\.tensorrt_engine same-tensorrt \\$", text, re.MULTILINE)
 
 
 def test_the_builder_image_bakes_its_build_environments():

@@ -92,6 +92,9 @@ def test_default_onnx_is_the_precision_the_ladder_chose(tmp_path):
 def test_release_cache_key_and_versions():
     assert te.release("10.13.3.9") == "10.13.3" and te.release("11.4.1") == "11.4.1"
     assert te.cache_key("11.4.1.2", "12.0") == "trt11.4.1-sm120"
+    # Without hardware compatibility a plan is the GPU model's: so is its cache entry.
+    assert te.cache_key("10.8.0.43", "9.0", te.GPU_MODEL_ONLY, "NVIDIA H100 80GB HBM3") == "trt10.8.0-sm90-nvidia-h100-80gb-hbm3"
+    assert te.cache_key("10.16.0.1", "9.0", te.SAME_COMPUTE_CAPABILITY, "NVIDIA H100 80GB HBM3") == "trt10.16.0-sm90"
     # Each model version (another ONNX: another inputs hash) is its own cache entry.
     first, second = (te.cache_entry(Path("/c"), "trt11.4.1-sm120", "p", h) for h in ("ab" * 32, "cd" * 32))
     assert first == Path("/c/trt11.4.1-sm120/p/abababababababab") and first != second
@@ -105,6 +108,23 @@ def fake_trt(version: str, strongly_typed: bool = True) -> types.SimpleNamespace
     if version.startswith("10."):
         members["EXPLICIT_BATCH"] = 0
     return types.SimpleNamespace(__version__=version, NetworkDefinitionCreationFlag=types.SimpleNamespace(**members))
+
+
+def test_hardware_compatibility_where_the_bindings_have_it():
+    class Config:
+        hardware_compatibility_level = "NONE"
+
+    levels = types.SimpleNamespace(NONE="NONE", AMPERE_PLUS="AMPERE_PLUS", SAME_COMPUTE_CAPABILITY="SAME_COMPUTE_CAPABILITY")
+    new = types.SimpleNamespace(HardwareCompatibilityLevel=levels)  # TensorRT 10.10+ and 11
+    old = types.SimpleNamespace(HardwareCompatibilityLevel=types.SimpleNamespace(NONE="NONE", AMPERE_PLUS="AMPERE_PLUS"))
+    assert te.hardware_compatibility(new) == te.SAME_COMPUTE_CAPABILITY
+    assert te.hardware_compatibility(old) == te.hardware_compatibility(types.SimpleNamespace()) == te.GPU_MODEL_ONLY
+    config = Config()
+    te.set_hardware_compatibility(new, config, te.SAME_COMPUTE_CAPABILITY)
+    assert config.hardware_compatibility_level == "SAME_COMPUTE_CAPABILITY"
+    config = Config()
+    te.set_hardware_compatibility(old, config, te.GPU_MODEL_ONLY)
+    assert config.hardware_compatibility_level == "NONE"  # TensorRT's default, untouched
 
 
 def test_network_flags_for_tensorrt_10_and_11():
@@ -174,9 +194,28 @@ def test_provenance_with_another_tensorrt_release():
 
 def test_provenance_for_another_gpu_architecture():
     problems = te.compare_provenance(provenance(cc="8.9"), "10.13.3.9", [H100, L4])
-    assert problems == ["plan built for compute capability 8.9 (NVIDIA H100 80GB HBM3), GPU 0 is 9.0 (NVIDIA H100 80GB HBM3)"]
+    assert problems == [
+        "plan built for compute capability 8.9 (NVIDIA H100 80GB HBM3), GPU 0 is 9.0 (NVIDIA H100 80GB HBM3)",
+        "plan built on NVIDIA H100 80GB HBM3 without hardware compatibility (only that GPU model), GPU 1 is NVIDIA L4",
+    ]
     assert te.compare_provenance(provenance(), "10.13.3.9", []) == ["no NVIDIA GPU visible"]
     assert te.compare_provenance({}, "10.13.3.9", [H100]) == ["the provenance has no TensorRT version or compute capability"]
+
+
+def test_a_plan_without_hardware_compatibility_serves_its_gpu_model_only():
+    """sm_90 is H100 SXM, H100 PCIe, H200 and GH200: TensorRT's default level promises only the GPU that built it."""
+    pcie = te.GpuFacts("NVIDIA H100 PCIe", "9.0", "580.65.06")
+    h200 = te.GpuFacts("NVIDIA H200", "9.0", "580.65.06")
+    older = provenance()  # a record without the field: built at TensorRT's default
+    assert te.compare_provenance(older, "10.13.3.9", [H100]) == []
+    (problem,) = te.compare_provenance(older, "10.13.3.9", [pcie])
+    assert problem == (
+        "plan built on NVIDIA H100 80GB HBM3 without hardware compatibility (only that GPU model), GPU 0 is NVIDIA H100 PCIe"
+    )
+    portable = provenance()
+    portable["gpu"]["hardware_compatibility"] = te.SAME_COMPUTE_CAPABILITY
+    assert te.compare_provenance(portable, "10.13.3.9", [pcie, h200]) == []
+    assert te.compare_provenance(portable, "10.13.3.9", [L4])[0].startswith("plan built for compute capability 9.0")
 
 
 def test_engine_io_comparison():
@@ -320,3 +359,26 @@ def test_module_type_checks_strictly():
         check=False,
     )
     assert completed.returncode == 0, completed.stdout
+
+
+# --------------------------------------------------------------------------- the images' TensorRT
+
+
+def test_the_builder_and_server_images_need_the_same_tensorrt_release():
+    assert te.release_mismatch("10.13.3.9", "10.13.3") is None  # the build number may differ
+    problem = te.release_mismatch("11.1.0.4", "11.0.2")  # a tritonserver tag on the previous month's base
+    assert problem is not None and problem.startswith("the builder image has TensorRT 11.1.0, the server image 11.0.2")
+
+
+def test_same_tensorrt_reads_the_server_library_and_fails_in_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "libnvinfer.so.10.13.3").touch()
+    monkeypatch.setattr(te, "LIBRARY_DIRS", (str(tmp_path),))
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    assert te.main(["same-tensorrt", "--builder-version", "10.13.3.9"]) == 0
+    assert "TensorRT 10.13.3 in both" in capsys.readouterr().err
+    assert te.main(["same-tensorrt", "--builder-version", "10.14.1.48"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: the builder image has TensorRT 10.14.1, the server image 10.13.3")
+    monkeypatch.setattr(te, "LIBRARY_DIRS", (str(tmp_path / "none"),))
+    assert te.main(["same-tensorrt", "--builder-version", "10.14.1"]) == 2
+    assert "no libnvinfer.so.X.Y.Z found here" in capsys.readouterr().err
