@@ -335,7 +335,6 @@ def test_every_object_validates(manifests):
     assert {"Gateway", "GRPCRoute", "HTTPRoute"} <= kinds
     assert {
         "Namespace",
-        "PersistentVolumeClaim",
         "Deployment",
         "Service",
         "HorizontalPodAutoscaler",
@@ -534,7 +533,7 @@ def test_pod_security_resources_and_shm(pod_spec, triton):
     assert all(m.get("readOnly") for m in triton["volumeMounts"] if m["mountPath"] == "/models")
     build = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")
     script = " ".join(build["args"])
-    assert "python -m builders build-engine --model-repository /models --cache-dir /plan-cache" in script
+    assert 'python -m builders build-engine --model-repository /models --cache-dir "$cache"' in script and "cache=/plan-cache" in script
     assert "python -m builders verify-plan --model-repository /models --deserialize" in script
     assert "--pipeline" not in script and "--onnx" not in script
     assert [c["name"] for c in pod_spec["initContainers"]] == ["models", "build-plan", "verify-plan"]
@@ -562,12 +561,14 @@ def test_init_containers_build_and_verify_every_pipeline(pod_spec):
         options = flag_options(command[1:])
         assert options["--model-repository"] == "/models", command
         assert not {"--repository", "--pipeline", "--onnx", "--output", "--plan"} & set(options), command
-    assert flag_options(commands[0][1:])["--cache-dir"] == "/plan-cache"
+    assert flag_options(commands[0][1:])["--cache-dir"] == "$cache"  # /plan-cache, or /plan-scratch when not writable
     assert "--deserialize" in commands[1]
     assert "/models/*/pipeline.toml" in script, "build-plan stops with one line when the model image holds no pipeline"
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
-    (cache,) = [m for m in build["volumeMounts"] if m["mountPath"] == "/plan-cache"]
-    assert volumes[cache["name"]]["persistentVolumeClaim"]["claimName"] == "plan-cache"
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in build["volumeMounts"]}
+    # Each pod's own cache by default: no claim that could stay Pending (k8s/components/shared-plan-cache shares one).
+    assert mounts["/plan-cache"]["emptyDir"]["sizeLimit"] and mounts["/plan-scratch"]["emptyDir"]["sizeLimit"]
+    assert not any("persistentVolumeClaim" in volume for volume in volumes.values())
     assert not any("persistentVolumeClaim" in volumes[m["name"]] for c in pod_spec["containers"] for m in c["volumeMounts"])
 
 
@@ -585,7 +586,13 @@ def test_the_models_come_from_the_model_image(pod_spec):
 
 
 def run_init_containers(
-    pod_spec: dict[str, Any], image: Path, models: Path, cache: Path, fake_bin: Path
+    pod_spec: dict[str, Any],
+    image: Path,
+    models: Path,
+    cache: Path,
+    fake_bin: Path,
+    scratch: Path | None = None,
+    as_uid: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """The models and build-plan init containers' commands with the image and the volumes moved under tmp_path."""
     copy = [
@@ -593,9 +600,13 @@ def run_init_containers(
     ]
     subprocess.run(copy, check=True, timeout=120)
     (script,) = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")["args"]
-    local = script.replace("/plan-cache", str(cache)).replace("/models", str(models))
+    local = script.replace("/plan-cache", str(cache)).replace("/plan-scratch", str(scratch or cache.parent / "scratch"))
+    local = local.replace("/models", str(models))
     environment = {"PATH": f"{fake_bin}:/usr/bin:/bin", "HOME": "/tmp"}
-    return subprocess.run(["bash", "-c", local], capture_output=True, text=True, env=environment, timeout=120, check=False)
+    command = ["bash", "-c", local]
+    if as_uid is not None:  # as the pod's user (root writes anywhere)
+        command = ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups", *command]
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=120, check=False)
 
 
 def test_the_init_containers_run_over_every_pipeline(pod_spec, tmp_path):
@@ -605,6 +616,7 @@ def test_the_init_containers_run_over_every_pipeline(pod_spec, tmp_path):
     image, models, cache = tmp_path / "image" / "model_repository", tmp_path / "models", tmp_path / "cache"
     shutil.copytree(layout.MODEL_REPOSITORY, image, ignore=shutil.ignore_patterns("*.onnx", "__pycache__"))
     models.mkdir()
+    cache.mkdir()  # the pod's emptyDir
     completed = run_init_containers(pod_spec, image, models, cache, tmp_path / "bin")
     assert completed.returncode == 0, completed.stderr
     assert sorted(p.name for p in layout.pipelines(models)) == sorted(p.name for p in PIPELINES)
@@ -621,6 +633,62 @@ def test_the_init_containers_run_over_every_pipeline(pod_spec, tmp_path):
     assert completed.returncode == 1 and completed.stdout == ""
     (line,) = completed.stderr.splitlines()
     assert line.startswith("build-plan: error: no pipeline in")
+
+
+def test_a_plan_cache_the_pod_cannot_write_is_replaced_by_its_scratch_volume(pod_spec):
+    """An RWX volume whose CSI driver ignores fsGroup: owned by root, the pod's UID 1000 cannot write it. build-plan
+    says so in one warning line and builds into /plan-scratch; a writable cache is used as it is."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="plan-cache-") as scratch_root:  # readable by UID 1000 (pytest's is not)
+        run_as_the_pod_user(pod_spec, Path(scratch_root))
+
+
+def run_as_the_pod_user(pod_spec: dict[str, Any], tmp_path: Path) -> None:
+    fake_bin = tmp_path / "bin"
+    fake_executable(fake_bin, "python")
+    image, models = tmp_path / "image" / "model_repository", tmp_path / "models"
+    shutil.copytree(layout.MODEL_REPOSITORY, image, ignore=shutil.ignore_patterns("*.onnx", "__pycache__"))
+    models.mkdir()
+    cache, scratch = tmp_path / "cache", tmp_path / "scratch"
+    cache.mkdir(mode=0o755)  # root's, as an NFS export without the pod's fsGroup
+    scratch.mkdir()
+    os.chown(scratch, 1000, 1000)
+    for path in (tmp_path, fake_bin, fake_bin / "python"):
+        path.chmod(0o755)
+    os.chmod(models, 0o777)
+    completed = run_init_containers(pod_spec, image, models, cache, fake_bin, scratch, as_uid=1000)
+    assert completed.returncode == 0, completed.stderr
+    (warning,) = [line for line in completed.stderr.splitlines() if "warning" in line]
+    assert warning.startswith(f"build-plan: warning: the plan cache {cache} is not writable by uid 1000")
+    build = completed.stdout.split("-m\n")[1].splitlines()
+    assert build == ["builders", "build-engine", "--model-repository", str(models), "--cache-dir", str(scratch)]
+    os.chown(cache, 1000, 1000)
+    completed = run_init_containers(pod_spec, image, models, cache, fake_bin, scratch, as_uid=1000)
+    assert completed.returncode == 0 and "warning" not in completed.stderr, completed.stderr
+    assert completed.stdout.split("-m\n")[1].splitlines()[-1] == str(cache)
+
+
+def test_the_shared_plan_cache_component_renders_and_validates(tools, tmp_path):
+    """k8s/components/shared-plan-cache: the claim (ReadWriteMany, the StorageClass of settings.yaml) replaces every
+    Deployment's emptyDir cache, for the stable and the canary Deployments alike."""
+    settings = K8S / "components" / "shared-plan-cache" / "settings.yaml"
+    (storage_class,) = re.findall(r"^  storageClassName: (\S+)$", settings.read_text(), re.MULTILINE)
+    for base in (K8S, CANARY):
+        overlay = tmp_path / base.name
+        overlay.mkdir()
+        (overlay / "kustomization.yaml").write_text(
+            f"resources:\n  - {os.path.relpath(base, overlay)}\ncomponents:\n  - {os.path.relpath(K8S / 'components' / 'shared-plan-cache', overlay)}\n"
+        )
+        result = validate_manifests(tools, kustomize(overlay))
+        assert all(r["status"] == "ok" for r in result["results"]), result["results"]
+        claim = find(result["objects"], "PersistentVolumeClaim", "plan-cache")
+        assert claim["spec"]["storageClassName"] == storage_class and claim["spec"]["accessModes"] == ["ReadWriteMany"]
+        assert not [o for o in result["objects"] if o["kind"] == "PlanCacheSettings"]  # local-config: never applied
+        for deployment in (o for o in result["objects"] if o["kind"] == "Deployment"):
+            volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+            assert volumes["plan-cache"] == {"name": "plan-cache", "persistentVolumeClaim": {"claimName": "plan-cache"}}
+            assert "emptyDir" in volumes["plan-scratch"]
 
 
 def flag_options(arguments: list[str]) -> dict[str, str | None]:
