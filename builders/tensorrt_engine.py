@@ -80,6 +80,14 @@ class VerificationError(BuildError):
     exit_code = 1
 
 
+class PipelinesFailed(BuildError):
+    """Some pipelines of a run over all of them failed (the first failure's exit code)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 # --------------------------------------------------------------------------- facts
 
 
@@ -706,9 +714,35 @@ def verify_plan(
 # --------------------------------------------------------------------------- command line (each step owns its arguments)
 
 
-def run_build_engine(args: argparse.Namespace) -> int:
-    for repository in arguments.chosen_repositories(args):
+def each_pipeline(args: argparse.Namespace, step: Callable[[layout.Pipeline], object], log: Log = log_to_stderr) -> int:
+    """``step`` on the chosen pipeline, or on every pipeline in turn: one failing does not stop the others, so one
+    run names every pipeline that cannot be served; then the first failure's exit code, with all of them in one line.
+
+    The pod is the unit that fails (docs/design.md, "One pipeline fails, the pod fails"): a pod that served only some
+    pipelines would pass its readiness probe and let a rolling update replace the pods that still serve them all."""
+    failures: list[tuple[str, BuildError]] = []
+    repositories = arguments.chosen_repositories(args)
+    for repository in repositories:
         pipeline = layout.Pipeline.at(repository)
+        try:
+            step(pipeline)
+        except BuildError as error:
+            if len(repositories) == 1:
+                raise
+            log(f"{pipeline.name}: {arguments.one_line(error)}")
+            failures.append((pipeline.name, error))
+    if failures:
+        names = ", ".join(name for name, _ in failures)
+        reasons = "; ".join(f"{name}: {arguments.one_line(error)}" for name, error in failures)
+        raise PipelinesFailed(
+            f"{len(failures)} of {len(repositories)} pipelines cannot be served ({names}), so this pod serves none: {reasons}",
+            failures[0][1].exit_code,
+        )
+    return 0
+
+
+def run_build_engine(args: argparse.Namespace) -> int:
+    def build(pipeline: layout.Pipeline) -> None:
         build_engine(
             BuildSettings(
                 pipeline=pipeline,
@@ -721,7 +755,8 @@ def run_build_engine(args: argparse.Namespace) -> int:
                 force=args.force,
             )
         )
-    return 0
+
+    return each_pipeline(args, build)
 
 
 def add_build_engine_step(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -764,10 +799,10 @@ def add_build_engine_step(subparsers: argparse._SubParsersAction[argparse.Argume
 
 
 def run_verify_plan(args: argparse.Namespace) -> int:
-    for repository in arguments.chosen_repositories(args):
-        pipeline = layout.Pipeline.at(repository)
+    def verify(pipeline: layout.Pipeline) -> None:
         verify_plan(args.plan or default_plan(pipeline), pipeline, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version)
-    return 0
+
+    return each_pipeline(args, verify)
 
 
 def add_verify_plan_step(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:

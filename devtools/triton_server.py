@@ -138,6 +138,7 @@ class LocalTritonServer:
             f"--metrics-port={self.metrics_port}",
             f"--exit-timeout-secs={self.exit_timeout_secs}",
             "--strict-readiness=true",
+            "--exit-on-error=true",  # one pipeline that cannot load stops the server (docs/design.md)
             "--log-info=true",
             *self.extra_args,
         ]

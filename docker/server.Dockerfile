@@ -84,7 +84,8 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=300s --retries=3 \
 # Production flags: every pipeline under /models (--pipelines-root, the entry
 # script's own flag, not passed to tritonserver), models loaded once at start and
 # never changed through the API (--model-control-mode=none), ready only when every
-# model is, per-step latency quantiles on /metrics (the alerts use them), and up to
+# model is, and stopped when one cannot load (--exit-on-error=true: one pipeline failing
+# fails the pod, docs/design.md "One pipeline fails, the pod fails"), per-step latency quantiles on /metrics (the alerts use them), and up to
 # 40 s to drain in-flight requests on SIGTERM (k8s: preStop 10 s + 40 s <
 # terminationGracePeriodSeconds 60).
 # Append e.g. --http-restricted-api/--grpc-restricted-protocol as CMD/args.
@@ -92,6 +93,7 @@ ENTRYPOINT ["tritonserver-pipelines", \
     "--pipelines-root=/models", \
     "--model-control-mode=none", \
     "--strict-readiness=true", \
+    "--exit-on-error=true", \
     "--exit-timeout-secs=40", \
     "--http-port=8000", \
     "--grpc-port=8001", \

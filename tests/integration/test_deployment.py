@@ -462,7 +462,7 @@ def test_production_flags_are_the_same_everywhere(triton, compose):
         apis, _, header = deployment[flag].partition(":")
         assert {"model-repository", "shared-memory"} <= set(apis.split(",")) and header == "X-Triton-Admin-Key=$(TRITON_ADMIN_KEY)"
         assert flag_values(compose["services"]["server"]["command"])[flag].startswith(apis + ":X-Triton-Admin-Key=")
-    for flag in ("--exit-timeout-secs", "--http-port", "--grpc-port", "--metrics-port", "--strict-readiness"):
+    for flag in ("--exit-timeout-secs", "--http-port", "--grpc-port", "--metrics-port", "--strict-readiness", "--exit-on-error"):
         assert deployment[flag] == image[flag], flag
 
 

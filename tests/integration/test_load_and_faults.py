@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -36,6 +37,8 @@ from devtools.loadgen import (
     stub_processes,
     wait_until,
 )
+from devtools.triton_server import LauncherError
+from vision_serving import layout
 
 pytestmark = pytest.mark.integration
 
@@ -311,3 +314,27 @@ def test_killed_preprocess_stub(repository, images, tmp_path):
     assert summary["liveness_before_kill"] == [0, 0], (before_load.stderr, under_load.stderr)
     assert liveness_failure is not None, summary
     assert liveness_failure[1] == 1 and "dead Python backend stub" in liveness_failure[2], liveness_failure
+
+
+def test_a_pipeline_whose_core_cannot_load_fails_the_server_as_a_whole(built_repository, tmp_path):
+    """The failure policy (docs/design.md, "One pipeline fails, the pod fails"), with the CPU core: a pipeline whose
+    core cannot load stops tritonserver before it is ready (exit-on-error, Triton's default, kept explicit), and its
+    log names the model and why, so a rolling update never replaces pods that serve every pipeline with ones that
+    serve some. The same repository without the broken pipeline serves."""
+    repository = tmp_path / "model_repository"
+    for name in ("image_classifier", "face_detector"):
+        copy_repository(built_repository / name, repository / name)
+    broken = layout.pipeline("face_detector", repository)
+    (broken.core_version_dir / "model.onnx").write_bytes(b"not an ONNX model")
+    # The launcher passes --exit-on-error=true, as the server image's entrypoint does.
+    with (
+        pytest.raises(LauncherError, match=r"exited with code .* before it was ready") as raised,
+        running_server(repository, tmp_path / "logs", ready_timeout_s=180),
+    ):
+        pass
+    log = (tmp_path / "logs" / "tritonserver.log").read_text()
+    assert "face_detector_core" in log and "failed to load" in log, log[-3000:]
+    assert "face_detector" in str(raised.value) or "tritonserver.log" in str(raised.value)
+    shutil.rmtree(repository / "face_detector")
+    with running_server(repository, tmp_path / "healthy") as server:
+        assert server.is_ready()

@@ -20,21 +20,20 @@ def core_config(text: str = TINY_CONFIG) -> model_config.ModelConfig:
     return model_config.parse_config_text(text)
 
 
-# A minimal valid recipe: build-engine reads only the core's config, but layout finds pipelines by their recipe.
+# A minimal recipe: build-engine and verify-plan read only the core's config, but layout finds pipelines by their recipe.
 TINY_RECIPE = """
-task = "classification"
 [source]
 kind = "onnx"
 path = "tiny_core/1/model_int8_qdq.onnx"
 """
 
 
-def tiny_pipeline(root: Path) -> layout.Pipeline:
-    """``root/tiny``: a pipeline whose core is TINY_CONFIG (a model repository holding one pipeline)."""
-    pipeline = layout.Pipeline.at(root / "tiny")
+def tiny_pipeline(root: Path, name: str = "tiny") -> layout.Pipeline:
+    """``root/<name>``: a pipeline whose core is TINY_CONFIG (named ``<name>_core``)."""
+    pipeline = layout.Pipeline.at(root / name)
     pipeline.core_version_dir.mkdir(parents=True)
     pipeline.recipe.write_text(TINY_RECIPE)
-    (pipeline.core_dir / "config.pbtxt").write_text(TINY_CONFIG)
+    (pipeline.core_dir / "config.pbtxt").write_text(TINY_CONFIG.replace('"tiny_core"', f'"{name}_core"'))
     return pipeline
 
 

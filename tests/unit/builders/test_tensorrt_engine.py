@@ -285,6 +285,26 @@ def test_cli_verify_plan_mismatch_is_one_line_and_exit_1(tmp_path, monkeypatch, 
     assert code == 0 and "OK for TensorRT 10.13.3" in err
 
 
+def test_every_pipeline_is_verified_and_every_failure_named(tmp_path, monkeypatch, capsys):
+    """verify-plan over a repository: one failing pipeline does not hide another; the pod then fails as a whole
+    (the first failure's exit code, one line naming each), since a pod serving some of them would pass readiness."""
+    from tests.support.tensorrt import tiny_pipeline
+
+    root = tmp_path / "model_repository"
+    good, stale, _ = (tiny_pipeline(root, name) for name in ("good", "stale", "missing"))  # missing: no plan
+    write_plan(good.core_version_dir, provenance())
+    write_plan(stale.core_version_dir, provenance(trt="10.8.0.43"))
+    monkeypatch.setattr(te, "query_gpus", lambda: [H100])
+    code, err = run_cli(["verify-plan", "--model-repository", str(root), "--tensorrt-version", "10.13.3"], capsys)
+    assert code == 2, err  # missing (a user error, 2) comes first; stale alone would be 1
+    *per_pipeline, summary = err.strip().splitlines()
+    assert summary.startswith("error: 2 of 3 pipelines cannot be served (missing, stale), so this pod serves none: missing: ")
+    assert "stale: " in summary and "TensorRT 10.8.0" in summary
+    assert [line.split(": ")[1] for line in per_pipeline[1:]] == ["missing", "stale"] and "good_core/1/model.plan: OK" in per_pipeline[0]
+    code, err = run_cli(["verify-plan", "--model-repository", str(root), "--pipeline", "good", "--tensorrt-version", "10.13.3"], capsys)
+    assert code == 0, err
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
