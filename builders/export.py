@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from builders import BuildError, CheckFailed, Log, provenance, stderr_logger
+from builders import BuildError, CheckFailed, Log, normalization, provenance, stderr_logger
 from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
 from builders.loaded import LoadedPipeline
-from vision_serving import layout
+from vision_serving import layout, preprocessing
 from vision_serving.layout import Pipeline
 from vision_serving.model_config import ModelConfig
 from vision_serving.served import ServedInputs
@@ -47,6 +47,7 @@ CODE_FILES = (
     "builders/passes/custom_ops.py",
     "builders/passes/registry.py",
     "builders/passes/onnx_io.py",
+    "builders/normalization.py",
 )
 
 
@@ -221,15 +222,22 @@ def _export_converted(loaded: LoadedPipeline, force: bool, log: Log) -> ExportRe
             raise CheckFailed("the shapes and the TFLite custom options disagree: " + "; ".join(disagreements))
     from builders.passes import reference_ops
 
+    spec = loaded.configs.spec
+    pixels = _served_batch(loaded, VERIFY_PHOTOS)  # what the preprocess hands the core: float32, or uint8 to normalize in it
+    floats = preprocessing.normalize_pixels(pixels, spec) if spec.pixel_dtype == "uint8" else pixels
     if any(node.op_type in reference_ops.CUSTOM_OP_TYPES for node in unfixed.graph.node):
-        extra["reference_max_abs_diff"] = _verify_against_reference(unfixed, result.model, _served_batch(loaded, VERIFY_PHOTOS), log)
-    _check_io(result.model, loaded.configs.core(), pipeline)
+        extra["reference_max_abs_diff"] = _verify_against_reference(unfixed, result.model, floats, log)
+    model = result.model
+    if normalization.needed(model, spec):
+        folded = normalization.fold(model, spec)
+        extra["normalization_max_abs_diff"] = normalization.check_fold(model, folded, pixels, spec, log)
+        model = folded
+    _check_io(model, loaded.configs.core(), pipeline)
     if loaded.configs.core().max_batch_size > 1:
-        batch = _served_batch(loaded, VERIFY_PHOTOS)[: loaded.configs.core().max_batch_size]
-        extra["batch_max_abs_diff"] = _verify_batch(result.model, batch, log)
+        extra["batch_max_abs_diff"] = _verify_batch(model, pixels[: loaded.configs.core().max_batch_size], log)
     else:
         log("max_batch_size 1: one image per run, no batch to verify")
-    data = result.model.SerializeToString()
+    data = model.SerializeToString()
     atomic_write_bytes(output, data)
     record = provenance.Provenance.for_bytes(
         "export",
@@ -241,15 +249,15 @@ def _export_converted(loaded: LoadedPipeline, force: bool, log: Log) -> ExportRe
         inputs=inputs,
         extra={
             "pipeline": pipeline.name,
-            "nodes": {"before": result.nodes_before, "after": result.nodes_after},
-            "op_counts": result.op_counts_after,
+            "nodes": {"before": result.nodes_before, "after": len(model.graph.node)},
+            "op_counts": fix_onnx.op_counts(model),
             "passes": [vars(item) for item in result.passes],
             **extra,
             "seconds": round(time.perf_counter() - started, 1),
         },
     )
     record.write(layout.provenance_path(output))
-    log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {result.nodes_after} nodes) in {record.extra['seconds']} s")
+    log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {len(model.graph.node)} nodes) in {record.extra['seconds']} s")
     return ExportResult("exported", output, record.to_dict())
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from builders import BuildError, CheckFailed, Log, photos, provenance, stderr_logger
+from builders import BuildError, CheckFailed, Log, normalization, photos, provenance, stderr_logger
 from builders.artifacts import (
     atomic_write_bytes,
     input_hash,
@@ -66,6 +66,7 @@ SOURCE_FILES = (
     "builders/passes/registry.py",
     "builders/passes/onnx_io.py",
     "builders/photos.py",
+    "builders/normalization.py",
     "vision_serving/model_config.py",
     "vision_serving/image_codec.py",
     "vision_serving/preprocessing.py",
@@ -179,10 +180,11 @@ def plan_export(pipeline: LoadedPipeline) -> ExportPlan:
         raise ConfigError(f"{core_dir}: core max_batch_size must be >= 1 (the export has a batch dimension)")
     input_dims = _dims(model_config.only_tensor(core, "input"), "input")
     _dims(model_config.only_tensor(core, "output"), "output")
-    for tensor in (*core.input, *core.output):
-        if model_config.numpy_dtype(tensor.data_type) != np.float32:
-            raise ConfigError(f"core tensor '{tensor.name}' must be TYPE_FP32 for the FP32 export")
     spec = preprocessing.PreprocessSpec.from_config(preprocess)
+    for tensor in (*core.input, *core.output):
+        wanted = np.dtype(spec.pixel_dtype) if tensor in core.input else np.float32  # uint8 pixels: normalized in the graph
+        if model_config.numpy_dtype(tensor.data_type) != wanted:
+            raise ConfigError(f"core tensor '{tensor.name}' must be {model_config.dtype_name(tensor.data_type)} {wanted} for this export")
     if list(spec.output_shape) != input_dims:
         raise ConfigError(f"preprocess output {list(spec.output_shape)} does not match core input dims {input_dims}")
 
@@ -321,7 +323,8 @@ def imagenet_labels(labels_json: Path, count: int) -> list[str]:
 
 
 def verification_batch(plan: ExportPlan) -> tuple[list[str], np.ndarray]:
-    """The registry's photos (at most max_batch_size), decoded and preprocessed by the served code."""
+    """The registry's photos (at most max_batch_size), decoded and preprocessed by the served code (uint8 pixels
+    when the core normalizes them)."""
     spec = preprocessing.PreprocessSpec.from_config(plan.preprocess)
     limits = preprocessing.limits_from_config(plan.preprocess)
     names = list(photos.registry())[: plan.core.max_batch_size]
@@ -340,8 +343,10 @@ def verify_against_pytorch(torch_model: Any, onnx_bytes: bytes, plan: ExportPlan
     import torch
 
     names, batch = verification_batch(plan)
+    spec = preprocessing.PreprocessSpec.from_config(plan.preprocess)
+    normalized = preprocessing.normalize_pixels(batch, spec) if spec.pixel_dtype == "uint8" else batch
     with torch.inference_mode():
-        expected = torch_model(torch.from_numpy(batch)).numpy()
+        expected = torch_model(torch.from_numpy(normalized)).numpy()
     session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
     input_name = model_config.only_tensor(plan.core, "input").name
     actual = session.run(None, {input_name: batch})[0]
@@ -416,6 +421,11 @@ def export(pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stde
     model, rewrites = registry.apply_passes(exported, GRAPH_PASSES)
     if "ReduceMean" in {node.op_type for node in model.graph.node}:
         raise VerificationError("a ReduceMean is left after reduce_mean_to_global_average_pool")
+    spec = preprocessing.PreprocessSpec.from_config(plan.preprocess)
+    if normalization.needed(model, spec):
+        folded = normalization.fold(model, spec)
+        normalization.check_fold(model, folded, verification_batch(plan)[1], spec, log)
+        model = folded
     check_graph(model, plan.core)
     onnx_bytes = model.SerializeToString()
     op_types: dict[str, int] = {}

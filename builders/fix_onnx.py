@@ -220,7 +220,7 @@ def max_abs_difference(expected: Sequence[np.ndarray], actual: Sequence[np.ndarr
 # --------------------------------------------------------------------------- the step
 
 
-def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
+def op_counts(model: onnx.ModelProto) -> dict[str, int]:
     return dict(Counter(node.op_type for node in model.graph.node))
 
 
@@ -367,8 +367,8 @@ def fix_model(
     return FixResult(
         model=current,
         passes=results,
-        op_counts_before=_op_counts(model),
-        op_counts_after=_op_counts(current),
+        op_counts_before=op_counts(model),
+        op_counts_after=op_counts(current),
         max_abs_diff=overall,
         unverified=unverified,
     )

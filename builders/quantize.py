@@ -206,15 +206,16 @@ def layer_groups(model: Any) -> dict[str, list[str]]:
     graph_outputs = {v.name for v in model.graph.output}
     convs = [node for node in model.graph.node if node.op_type == "Conv"]
     groups: dict[str, list[str]] = {name: [] for name in LAYER_GROUPS}
-    # The stem reads the image, directly or through layout-only ops (an NHWC model's Transpose to NCHW).
+    # The stem reads the image, directly or through layout and per-channel ops (an NHWC model's Transpose to NCHW;
+    # the normalization folded in front of a uint8 input: Cast, Sub, Div).
     producer = {output: node for node in model.graph.node for output in node.output}
-    layout_ops = {"Transpose", "Cast", "Reshape", "Identity"}
+    layout_ops = {"Transpose", "Cast", "Reshape", "Identity", "Sub", "Div", "Mul", "Add"}
 
     def from_input(tensor: str, depth: int = 0) -> bool:
         if tensor in graph_inputs:
             return True
         node = producer.get(tensor)
-        return depth < 3 and node is not None and node.op_type in layout_ops and from_input(node.input[0], depth + 1)
+        return depth < 6 and node is not None and node.op_type in layout_ops and from_input(node.input[0], depth + 1)
 
     groups["stem"] = [node.name for node in convs if from_input(node.input[0])]
     groups["depthwise"] = [

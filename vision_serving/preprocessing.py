@@ -28,7 +28,11 @@ offset``, in pixels; a postprocess model that maps results back to the photo
 Normalization is ``(pixel * scale - mean) / std`` per channel (config
 parameters ``scale``, default 1, ``mean`` and ``std``; float32, a division as torchvision and
 Ultralytics compute it), in ``NCHW`` or ``NHWC``
-layout and ``RGB`` or ``BGR`` channel order. The parameters come from the
+layout and ``RGB`` or ``BGR`` channel order. The pixel output's data type says where it
+happens: ``TYPE_FP32``, here; ``TYPE_UINT8``, in the core's own graph (the builders fold the
+same float32 arithmetic, :func:`normalization_constants`, into its ONNX: a quarter of the bytes
+through shared memory and to the GPU, and the GPU does the arithmetic), the preprocess handing
+over the resized pixels in the model's layout and channel order. The parameters come from the
 preprocess model's ``config.pbtxt`` (``PreprocessSpec.from_config``), so a model
 version carries its own preprocessing. ``center_crop`` downscales by more than
 ``resize_reducing_gap`` (config parameter; 0 = off) are anti-aliased: area
@@ -68,6 +72,8 @@ INTERPOLATIONS = {
     "nearest": cv2.INTER_NEAREST,
 }
 LAYOUTS = ("NCHW", "NHWC")
+# The pixel output's data type (its config spelling) -> what the preprocess hands the core.
+PIXEL_DTYPES = {"FP32": "float32", "UINT8": "uint8"}
 COLOR_ORDERS = ("RGB", "BGR")
 RESIZE_MODES = ("center_crop", "stretch", "letterbox", "yolo_letterbox")
 # The modes that reproduce another runtime's resize exactly (decoded at full size, no anti-aliasing).
@@ -106,6 +112,8 @@ class PreprocessSpec:
     # center_crop: a downscale by more than this factor first area-averages to this x the target
     # (anti-aliasing, as Pillow's reducing_gap), then interpolates; 0 = off (plain interpolation).
     resize_reducing_gap: float = 0.0
+    # What the preprocess hands the core: "float32" (normalized here) or "uint8" (normalized in the core's graph).
+    pixel_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.height < 1 or self.width < 1:
@@ -122,6 +130,8 @@ class PreprocessSpec:
             raise model_config.ConfigError(f"layout {self.layout!r} is not one of {LAYOUTS}")
         if self.color_order not in COLOR_ORDERS:
             raise model_config.ConfigError(f"color_order {self.color_order!r} is not one of {COLOR_ORDERS}")
+        if self.pixel_dtype not in PIXEL_DTYPES.values():
+            raise model_config.ConfigError(f"pixel data type {self.pixel_dtype!r} is not one of {sorted(PIXEL_DTYPES.values())}")
         if len(self.mean) != 3 or len(self.std) != 3:
             raise model_config.ConfigError("mean and std need three values, one per channel")
         if any(not value > 0 for value in self.std):
@@ -159,7 +169,9 @@ class PreprocessSpec:
                 f"model '{config.name}': output dims {dims} are not a 3-channel {layout} image of a fixed height and width"
             )
         resize = model_config.parameter(config, "resize", "center_crop")
+        pixels = model_config.tensor(config, pixels_output(config), "output")
         return cls(
+            pixel_dtype=PIXEL_DTYPES[model_config.dtype_name(pixels.data_type)],
             height=height,
             width=width,
             resize=resize,
@@ -194,18 +206,20 @@ class PreprocessOutputs:
                 if item.data_type == datatype and (rank is None or len(item.dims) == rank) and (dims is None or list(item.dims) == dims)
             ]
 
-        fp32, int32 = model_config.model_config_pb2.TYPE_FP32, model_config.model_config_pb2.TYPE_INT32
-        pixels, sizes, transforms = named(fp32, rank=3), named(int32, dims=[2]), named(fp32, dims=[TRANSFORM_SIZE])
+        types = model_config.model_config_pb2
+        fp32, int32 = types.TYPE_FP32, types.TYPE_INT32
+        pixels = named(fp32, rank=3) + named(types.TYPE_UINT8, rank=3)
+        sizes, transforms = named(int32, dims=[2]), named(fp32, dims=[TRANSFORM_SIZE])
         if len(pixels) != 1 or len(sizes) > 1 or len(transforms) > 1 or len(config.output) != 1 + len(sizes) + len(transforms):
             raise model_config.ConfigError(
-                f"model '{config.name}': expected one FP32 3-D image output, at most one INT32 [2] size output (height, width) "
-                f"and at most one FP32 [{TRANSFORM_SIZE}] tensor-transform output"
+                f"model '{config.name}': expected one FP32 or UINT8 3-D image output, at most one INT32 [2] size output "
+                f"(height, width) and at most one FP32 [{TRANSFORM_SIZE}] tensor-transform output"
             )
         return cls(pixels[0], sizes[0] if sizes else None, transforms[0] if transforms else None)
 
 
 def pixels_output(config: model_config.ModelConfig) -> str:
-    """The preprocess model's image output (its one FP32 output of rank 3)."""
+    """The preprocess model's image output (its one FP32 or UINT8 output of rank 3)."""
     return PreprocessOutputs.from_config(config).pixels
 
 
@@ -402,15 +416,43 @@ def tensor_transforms(sizes: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
     return out.astype(np.float32)
 
 
-def normalize_batch(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
-    """N x height x width x 3 uint8 RGB -> float32 batch in the configured layout and channel order:
-    ``(pixel - mean / scale) / (std / scale)``, which is ``(pixel * scale - mean) / std``; with ``scale`` 1
-    exactly torchvision's ``Normalize`` and Ultralytics' ``/ 255`` in float32."""
-    if spec.color_order == "BGR":
-        crops = crops[..., ::-1]
+def normalization_constants(spec: PreprocessSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Float32 ``(mean / scale, std / scale)`` per channel, in the channel order the model takes: normalized =
+    ``(pixel - mean') / std'``, which is ``(pixel * scale - mean) / std`` (here, or folded into the core's graph)."""
     scale = np.float64(spec.scale)
     mean = (np.asarray(spec.mean, dtype=np.float64) / scale).astype(np.float32)
     std = (np.asarray(spec.std, dtype=np.float64) / scale).astype(np.float32)
+    return mean, std
+
+
+def to_model_layout(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
+    """N x height x width x 3 uint8 RGB -> uint8 in the configured layout and channel order (no normalization)."""
+    if spec.color_order == "BGR":
+        crops = crops[..., ::-1]
+    if out is None:
+        out = np.empty((len(crops), *spec.output_shape), dtype=np.uint8)
+    out[...] = crops.transpose(0, 3, 1, 2) if spec.layout == "NCHW" else crops
+    return out
+
+
+def normalize_pixels(pixels: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
+    """A uint8 batch in the model's layout and channel order -> the float32 input a float model takes: what the
+    graph folded into a uint8 core computes (the builders check the folded graph against this)."""
+    mean, std = normalization_constants(spec)
+    shape = (1, 3, 1, 1) if spec.layout == "NCHW" else (1, 1, 1, 3)
+    return ((pixels.astype(np.float32) - mean.reshape(shape)) / std.reshape(shape)).astype(np.float32)
+
+
+def normalize_batch(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
+    """N x height x width x 3 uint8 RGB -> the batch the core takes, in the configured layout and channel order:
+    float32 ``(pixel - mean / scale) / (std / scale)``, which is ``(pixel * scale - mean) / std`` (with ``scale`` 1
+    exactly torchvision's ``Normalize`` and Ultralytics' ``/ 255`` in float32); or the uint8 pixels themselves when
+    the core normalizes (``pixel_dtype`` uint8)."""
+    if spec.pixel_dtype == "uint8":
+        return to_model_layout(crops, spec, out)
+    if spec.color_order == "BGR":
+        crops = crops[..., ::-1]
+    mean, std = normalization_constants(spec)
     if out is None:
         out = np.empty((len(crops), *spec.output_shape), dtype=np.float32)
     if spec.layout == "NCHW":
@@ -424,7 +466,8 @@ def normalize_batch(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | N
 
 
 def preprocess_batch(images: Sequence[np.ndarray], spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
-    """Decoded RGB uint8 images of any sizes -> one float32 model-input batch (written into ``out`` if given)."""
+    """Decoded RGB uint8 images of any sizes -> one model-input batch, float32 or uint8 as the spec says (written
+    into ``out`` if given)."""
     crops = np.empty((len(images), spec.height, spec.width, 3), dtype=np.uint8)
     for index, image in enumerate(images):
         resize_and_crop(image, spec, out=crops[index])

@@ -296,7 +296,7 @@ CPU_VARIANTS: dict[str, tuple[str, str, dict[str, str], int, int]] = {
 
 def _core_io(model: YoloModel) -> str:
     return (
-        f"input {_tensors([_tensor('images', 'TYPE_FP32', [3, model.height, model.width])])}\n"
+        f"input {_tensors([_tensor('images', 'TYPE_UINT8', [3, model.height, model.width])])}\n"
         f"output {_tensors([_tensor('predictions', 'TYPE_FP32', model.output_dims)])}"
     )
 
@@ -328,7 +328,7 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
     )
     request = _tensors([_tensor("IMAGE", "TYPE_STRING", [1]), *thresholds])
     image = _tensors([_tensor("IMAGE", "TYPE_STRING", [1])])
-    pixels = _tensors([_tensor("PIXELS", "TYPE_FP32", [3, model.height, model.width]), *geometry])
+    pixels = _tensors([_tensor("PIXELS", "TYPE_UINT8", [3, model.height, model.width]), *geometry])
     predictions = _tensors([_tensor("PREDICTIONS", "TYPE_FP32", model.output_dims), *geometry, *thresholds])
     preprocess_parameters = _parameters(
         {
@@ -436,7 +436,8 @@ ensemble_scheduling {{
 """
     preprocess = f"""{header}
 # Decode, validate, then Ultralytics' LetterBox (its predictor on a {model.height}x{model.width} model): fit, cv2.resize linear,
-# centred padding of 114, RGB / 255, NCHW. IMAGE_SIZE and IMAGE_TRANSFORM let the postprocess map boxes back to the photo.
+# centred padding of 114, RGB, NCHW, handed over as UINT8: the / 255 (std below) is folded into the core's graph.
+# IMAGE_SIZE and IMAGE_TRANSFORM let the postprocess map boxes back to the photo.
 name: "{name}_preprocess"
 backend: "python"
 max_batch_size: {max_batch}
@@ -494,7 +495,7 @@ max_batch_size: {max_batch}
 
 def _warmup(model: YoloModel, size: int) -> str:
     dims = f"[ 3, {model.height}, {model.width} ]"
-    inputs = f'inputs {{ key: "images" value: {{ data_type: TYPE_FP32 dims: {dims} zero_data: true }} }}'
+    inputs = f'inputs {{ key: "images" value: {{ data_type: TYPE_UINT8 dims: {dims} zero_data: true }} }}'
     return f'  {{\n    name: "zeros_batch_{size}"\n    batch_size: {size}\n    {inputs}\n  }}'
 
 

@@ -184,9 +184,10 @@ def test_build_and_run_the_real_qdq_model(trt, tmp_path, capsys):
     preprocess = model_config.load_config(CLASSIFIER.model_dir("preprocess"))
     limits = preprocessing.limits_from_config(preprocess)
     names = ["chelsea", "coffee", "camera", "motorcycle_left", "rocket", "astronaut"]
+    # What the preprocess hands the core (uint8 pixels when the core's graph normalizes them).
     batch = preprocessing.preprocess_batch(
         [decode_rgb(photos.photo_bytes(n), limits) for n in names], preprocessing.PreprocessSpec.from_config(preprocess)
-    ).astype(np.float32)
+    )
     core = te.load_core_config(CLASSIFIER)
     input_name, output_name = core.input[0].name, core.output[0].name
     got = run_plan(trt, plan, {input_name: batch})[output_name]

@@ -121,7 +121,8 @@ def photo_batch() -> np.ndarray:
     spec = preprocessing.PreprocessSpec.from_config(config)
     limits = preprocessing.limits_from_config(config)
     names = list(photos.registry())[:8]
-    return preprocessing.preprocess_batch([image_codec.decode_rgb(photos.photo_bytes(n), limits) for n in names], spec)
+    pixels = preprocessing.preprocess_batch([image_codec.decode_rgb(photos.photo_bytes(n), limits) for n in names], spec)
+    return preprocessing.normalize_pixels(pixels, spec)  # the legacy export takes the normalized float image
 
 
 def test_legacy_export_check_then_fix(legacy_model: onnx.ModelProto, photo_batch: np.ndarray) -> None:

@@ -213,7 +213,7 @@ def test_calibration_set_is_saved_with_its_hash_and_reused(tmp_path, served):
     options = q.QuantizeOptions(samples=8)
     messages: list[str] = []
     first, data = q.build_calibration_set(CLASSIFIER, options, messages.append, directory=tmp_path)
-    assert data.shape == (8, *served.spec.output_shape) and data.dtype == np.float32
+    assert data.shape == (8, *served.spec.output_shape) and data.dtype == np.uint8  # the pixels the core is handed
     manifest = json.loads(first.manifest_path.read_text())
     assert manifest["sha256"] == first.sha256 == q.sha256_file(first.path)
     assert [s["source"] for s in manifest["samples"]][:3] == [s.name for s in calibration.calibration_sources(CLASSIFIER)][:3]
@@ -299,7 +299,8 @@ def fp32_model():
 def test_layer_groups_on_the_default_model(fp32_model):
     groups = q.layer_groups(fp32_model)
     nodes = {node.name: node for node in fp32_model.graph.node}
-    assert len(groups["stem"]) == 1 and nodes[groups["stem"][0]].input[0] == "images"
+    (stem,) = groups["stem"]  # it reads the image through the folded normalization (uint8 in: Cast, Sub, Div)
+    assert nodes[stem].input[0] == "images_normalized" and [n.op_type for n in fp32_model.graph.node[:3]] == ["Cast", "Sub", "Div"]
     assert len(groups["depthwise"]) == 16  # EfficientNet-Lite0: one per MBConv block
     assert [nodes[name].op_type for name in groups["classifier"]] == ["Gemm"]
     assert groups["early"] == [node.name for node in fp32_model.graph.node if node.op_type == "Conv"][: q.EARLY_CONVS]

@@ -97,7 +97,7 @@ def test_command_line_lists_problems_and_exits_1(root, copied):
             "input_map key 'image' is not an input of the model",
         ),
         ("core", "configs/cpu.pbtxt", "dims: [ 1000 ]", "dims: [ 1001 ]", "differ in inputs, outputs or max_batch_size"),
-        ("core", "config.pbtxt", "dims: [ 3, 224, 224 ]", "dims: [ 3, 256, 256 ]", "expects TYPE_FP32[3, 256, 256]"),
+        ("core", "config.pbtxt", "dims: [ 3, 224, 224 ]", "dims: [ 3, 256, 256 ]", "expects TYPE_UINT8[3, 256, 256]"),
         (
             "postprocess",
             "config.pbtxt",

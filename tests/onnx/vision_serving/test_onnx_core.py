@@ -18,11 +18,12 @@ def pooled_model(path, input_name: str, output_name: str) -> None:
     """images [N, 3, H, W] -> [N, 3]: the right names, the wrong number of classes."""
     graph = helper.make_graph(
         [
-            helper.make_node("GlobalAveragePool", [input_name], ["pooled"]),
+            helper.make_node("Cast", [input_name], ["pixels"], to=TensorProto.FLOAT),
+            helper.make_node("GlobalAveragePool", ["pixels"], ["pooled"]),
             helper.make_node("Flatten", ["pooled"], [output_name]),
         ],
         "wrong_classes",
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", 3, 224, 224])],
+        [helper.make_tensor_value_info(input_name, TensorProto.UINT8, ["batch", 3, 224, 224])],
         [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", 3])],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
@@ -62,7 +63,7 @@ def test_built_model_loads_and_runs_by_name(cpu_config):
     assert core.input_names == [item.name for item in cpu_config.input]
     assert core.output_names == [item.name for item in cpu_config.output]
     (image,) = cpu_config.input
-    outputs = core.run({image.name: np.zeros((2, *image.dims), dtype=np.float32)})
+    outputs = core.run({image.name: np.zeros((2, *image.dims), dtype=model_config.numpy_dtype(image.data_type))})
     assert isinstance(outputs, list) and len(outputs) == len(cpu_config.output)
     assert outputs[0].shape == (2, *cpu_config.output[0].dims)
 

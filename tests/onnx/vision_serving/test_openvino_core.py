@@ -44,7 +44,7 @@ def test_openvino_matches_onnxruntime_fp32(openvino_config):
     assert isinstance(openvino, OpenVinoCore) and openvino.onnx_path.name == layout.FP32_ONNX
     onnxruntime = OnnxCore(model_config.load_config(CLASSIFIER.core_dir, "cpu_onnxruntime"), pipeline.core_version_dir)
     (image,) = openvino_config.input
-    batch = np.random.default_rng(0).standard_normal((3, *image.dims)).astype(np.float32)
+    batch = np.random.default_rng(0).integers(0, 256, (3, *image.dims)).astype(model_config.numpy_dtype(image.data_type))
     (got,), (expected,) = openvino.run({image.name: batch}), onnxruntime.run({image.name: batch})
     assert got.shape == (3, *openvino_config.output[0].dims)
     assert np.abs(got - expected).max() < 1e-2 * np.abs(expected).max()
@@ -52,14 +52,18 @@ def test_openvino_matches_onnxruntime_fp32(openvino_config):
 
 
 def pooled_model(path, input_name: str, output_name: str) -> None:
-    """images [N, 3, 224, 224] -> [N, 3]: the right names, the wrong number of classes."""
+    """uint8 images [N, 3, 224, 224] (as the classifier's core takes them) -> [N, 3]: the right names, the wrong number of classes."""
     import onnx
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("GlobalAveragePool", [input_name], ["pooled"]), helper.make_node("Flatten", ["pooled"], [output_name])],
+        [
+            helper.make_node("Cast", [input_name], ["pixels"], to=TensorProto.FLOAT),
+            helper.make_node("GlobalAveragePool", ["pixels"], ["pooled"]),
+            helper.make_node("Flatten", ["pooled"], [output_name]),
+        ],
         "wrong_classes",
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", 3, 224, 224])],
+        [helper.make_tensor_value_info(input_name, TensorProto.UINT8, ["batch", 3, 224, 224])],
         [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", 3])],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
@@ -126,8 +130,8 @@ def test_run_from_several_threads_answers_each_its_own_input(tmp_path, openvino_
     def check(worker: int) -> bool:
         ok = True
         for step in range(40):
-            value = float(worker * 100 + step)
-            (pooled,) = core.run({config.input[0].name: np.full((2, 3, 224, 224), value, np.float32)})
+            value = float(worker * 50 + step)  # a uint8 pixel value
+            (pooled,) = core.run({config.input[0].name: np.full((2, 3, 224, 224), value, np.uint8)})
             ok &= bool(np.allclose(pooled, value))
         return ok
 

@@ -35,8 +35,15 @@ def preprocess_config():
 
 
 @pytest.fixture(scope="module")
-def spec(preprocess_config):
+def served_spec(preprocess_config):
     return preprocessing.PreprocessSpec.from_config(preprocess_config)
+
+
+@pytest.fixture(scope="module")
+def spec(served_spec):
+    """The classifier's spec, normalized here (float32): what its core computes first from the uint8 pixels it is handed
+    (test_uint8_pixels_are_normalized_as_the_float_path checks that the two are the same)."""
+    return dataclasses.replace(served_spec, pixel_dtype="float32")
 
 
 def cubic_weights(in_size: int, out_size: int, a: float = -0.75) -> np.ndarray:
@@ -65,6 +72,21 @@ def reference_preprocess(data: bytes, spec: preprocessing.PreprocessSpec) -> np.
     crop = resized[top : top + spec.height, left : left + spec.width]
     normalized = (crop - np.array(spec.mean)) / np.array(spec.std)
     return normalized.transpose(2, 0, 1).astype(np.float32)
+
+
+def test_uint8_pixels_are_normalized_as_the_float_path(served_spec, spec, photo_bytes, preprocess_config):
+    """PIXELS TYPE_UINT8: the preprocess hands the resized pixels in the model's layout; normalize_pixels (what the
+    builders fold into the core's graph, and check it against) gives exactly the float path's tensor."""
+    assert served_spec.pixel_dtype == "uint8" and spec.pixel_dtype == "float32"
+    images = [decode_rgb(photo_bytes[name], preprocessing.limits_from_config(preprocess_config)) for name in PNG_PHOTOS]
+    pixels = preprocessing.preprocess_batch(images, served_spec)
+    assert pixels.dtype == np.uint8 and pixels.shape == (len(images), *served_spec.output_shape)
+    np.testing.assert_array_equal(preprocessing.normalize_pixels(pixels, served_spec), preprocessing.preprocess_batch(images, spec))
+    bgr_nhwc = dataclasses.replace(served_spec, layout="NHWC", color_order="BGR")
+    swapped = preprocessing.preprocess_batch(images, bgr_nhwc)
+    np.testing.assert_array_equal(swapped, pixels.transpose(0, 2, 3, 1)[..., ::-1])
+    float_nhwc = dataclasses.replace(bgr_nhwc, pixel_dtype="float32")
+    np.testing.assert_array_equal(preprocessing.normalize_pixels(swapped, bgr_nhwc), preprocessing.preprocess_batch(images, float_nhwc))
 
 
 def test_spec_is_read_from_the_config(spec):
@@ -171,7 +193,9 @@ def test_original_sizes_are_height_then_width_of_the_photo_not_the_decode():
 
 @pytest.fixture(scope="module")
 def letterbox_spec():
-    return preprocessing.PreprocessSpec.from_config(model_config.load_config(layout.pipeline("face_detector").model_dir("preprocess")))
+    """The face detector's spec, normalized here (its core normalizes the uint8 pixels it is handed the same way)."""
+    config = model_config.load_config(layout.pipeline("face_detector").model_dir("preprocess"))
+    return dataclasses.replace(preprocessing.PreprocessSpec.from_config(config), pixel_dtype="float32")
 
 
 def test_letterbox_spec_is_read_from_the_detector_config(letterbox_spec):

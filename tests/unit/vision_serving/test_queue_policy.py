@@ -100,7 +100,7 @@ def test_cpu_core_is_sized_by_its_own_rate_not_by_the_hand_over(pipeline):
     [
         ("    batch_size: 32", "    batch_size: 64", "batch_size 64 is not between 1 and max_batch_size 32"),
         ('key: "images" value', 'key: "pixels" value', "'pixels' is not an input of the model"),
-        ("data_type: TYPE_FP32 dims: [ 3, 224, 224 ] zero_data", "data_type: TYPE_FP16 dims: [ 3, 224, 224 ] zero_data", "is TYPE_FP16"),
+        ("data_type: TYPE_UINT8 dims: [ 3, 224, 224 ] zero_data", "data_type: TYPE_FP16 dims: [ 3, 224, 224 ] zero_data", "is TYPE_FP16"),
         ("dims: [ 3, 224, 224 ] zero_data", "dims: [ 3, 256, 224 ] zero_data", "dims [3, 256, 224] do not fit"),
         ("zero_data: true", 'input_data_file: "photo.raw"', "which does not exist"),
     ],
