@@ -76,9 +76,21 @@ def check_fold(float_model: Any, folded: Any, pixels: np.ndarray, spec: Preproce
             path = Path(scratch) / f"{index}.onnx"
             path.write_bytes(model.SerializeToString())
             session = create_session(path, "disable_all")
-            outputs.append(session.run(None, {session.get_inputs()[0].name: feed}))
-    worst = max(float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max()) for a, b in zip(*outputs))
+            image = session.get_inputs()[0]
+            outputs.append([session.run(None, {image.name: batch}) for batch in _batches(feed, image.shape[0])])
+    worst = max(
+        float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+        for float_batch, folded_batch in zip(*outputs)
+        for a, b in zip(float_batch, folded_batch)
+    )
     log(f"normalization in the graph ({spec.pixel_dtype} pixels in): {len(pixels)} real photos, max |Δ| {worst:.1e}")
     if worst > ATOL:
         raise CheckFailed(f"the graph's normalization differs from the preprocessing's by {worst:.2e} > {ATOL:g}; nothing written")
     return worst
+
+
+def _batches(images: np.ndarray, batch: object) -> list[np.ndarray]:
+    """``images`` cut to the model's fixed batch size (a model exported with batch 1 takes one at a time)."""
+    if not isinstance(batch, int) or batch < 1:
+        return [images]
+    return [images[start : start + batch] for start in range(0, len(images) - batch + 1, batch)] or [images[:batch]]

@@ -19,7 +19,7 @@ SPEC = preprocessing.PreprocessSpec(
 )  # fmt: skip
 
 
-def conv_model(layout: str) -> onnx.ModelProto:
+def conv_model(layout: str, batch: int | str = "n") -> onnx.ModelProto:
     """A float image [N, 3, 8, 6] (NCHW) or [N, 8, 6, 3] (NHWC) -> Conv 3->4: a core whose input is normalized floats."""
     nodes = []
     source = "images"
@@ -27,9 +27,9 @@ def conv_model(layout: str) -> onnx.ModelProto:
         nodes.append(helper.make_node("Transpose", ["images"], ["nchw"], perm=[0, 3, 1, 2]))
         source = "nchw"
     nodes.append(helper.make_node("Conv", [source, "w"], ["features"], pads=[1, 1, 1, 1]))
-    shape = ["n", 3, 8, 6] if layout == "NCHW" else ["n", 8, 6, 3]
+    shape = [batch, 3, 8, 6] if layout == "NCHW" else [batch, 8, 6, 3]
     weights = np.random.default_rng(0).normal(size=(4, 3, 3, 3)).astype(np.float32)
-    return model(nodes, [value("images", shape)], [value("features", ["n", 4, 8, 6])], [const("w", weights)])
+    return model(nodes, [value("images", shape)], [value("features", [batch, 4, 8, 6])], [const("w", weights)])
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
@@ -53,3 +53,10 @@ def test_a_fold_with_other_constants_is_refused():
     pixels = np.random.default_rng(2).integers(0, 256, (2, *SPEC.output_shape)).astype(np.uint8)
     with pytest.raises(CheckFailed, match="the graph's normalization differs from the preprocessing's"):
         normalization.check_fold(float_model, wrong, pixels, SPEC, log=lambda _: None)
+
+
+def test_a_core_exported_with_batch_1_is_checked_one_photo_at_a_time():
+    float_model = conv_model("NCHW", batch=1)
+    folded = normalization.fold(float_model, SPEC)
+    pixels = np.random.default_rng(3).integers(0, 256, (4, *SPEC.output_shape)).astype(np.uint8)
+    assert normalization.check_fold(float_model, folded, pixels, SPEC, log=lambda _: None) == 0.0
