@@ -25,7 +25,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vision_serving import layout
+from vision_serving import cpu_sizing, layout
 from vision_serving.layout import BUILD_DIR, MODEL_REPOSITORY, REPOSITORY_ROOT
 
 DEFAULT_CONFIG_NAME = "cpu"
@@ -111,7 +111,25 @@ class LocalTritonServer:
     log_file: Path | None = None
     # Serve only these pipelines (their names); empty: every pipeline of the model repository.
     pipelines: list[str] = field(default_factory=list)
+    # Size the Python steps for this many CPUs (default: this process's cgroup limit or affinity).
+    cpus: float | None = None
     process: subprocess.Popen | None = None
+    # The sized steps' layouts (model name -> instances x threads), once command() has sized them.
+    step_layouts: dict[str, cpu_sizing.StepLayout] = field(default_factory=dict)
+
+    def cpu_limit(self) -> cpu_sizing.CpuLimit:
+        return cpu_sizing.cpu_limit() if self.cpus is None else cpu_sizing.CpuLimit(self.cpus, "requested")
+
+    def sized_repositories(self) -> list[Path]:
+        """The served pipelines as Triton gets them: a view (.build/sized/<http port>/) whose Python steps
+        are sized to this server's CPUs (vision_serving.cpu_sizing); the model repository is not written."""
+        served = self.served_pipelines()
+        view = BUILD_DIR / "sized" / str(self.http_port)
+        try:
+            self.step_layouts = cpu_sizing.size_repository(served, view, self.cpu_limit().cpus)
+        except cpu_sizing.SizingError as error:
+            raise LauncherError(str(error)) from None
+        return [view / pipeline.name for pipeline in served]
 
     def served_pipelines(self) -> list[layout.Pipeline]:
         """The pipelines this server serves (``LayoutError`` naming an unknown one)."""
@@ -130,7 +148,7 @@ class LocalTritonServer:
     def command(self) -> list[str]:
         return [
             str(_pytriton_dir() / "tritonserver" / "bin" / "tritonserver"),
-            *(f"--model-repository={pipeline.repository}" for pipeline in self.served_pipelines()),
+            *(f"--model-repository={repository}" for repository in self.sized_repositories()),
             f"--backend-directory={prepare_backends()}",
             f"--model-config-name={self.config_name}",
             f"--http-port={self.http_port}",
@@ -250,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="serve (and build) only this pipeline; repeatable (default: every one)",
     )
+    parser.add_argument(
+        "--cpus",
+        type=float,
+        help="size the Python steps for this many CPUs (default: this process's CPU limit: cgroup, else affinity)",
+    )
     args, extra = parser.parse_known_args(argv)
 
     server = LocalTritonServer(
@@ -261,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         extra_args=extra,
         model_repository=args.model_repository,
         pipelines=args.pipeline,
+        cpus=args.cpus,
     )
     try:
         served = server.served_pipelines()
@@ -270,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve: starting tritonserver (model config '{args.config_name}')...", file=sys.stderr, flush=True)
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
         server.start()
+        for name, chosen in server.step_layouts.items():
+            print(f"serve: {name}: {chosen} for {server.cpu_limit()}", file=sys.stderr, flush=True)
         server.wait_ready()
         print(
             f"serve: ready. HTTP {server.http_url}  gRPC {server.grpc_url}  "

@@ -11,6 +11,7 @@
 # flag and is not passed on; every other argument goes to tritonserver unchanged,
 # after the --model-repository flags. A root without any pipeline is an error
 # (one line on stderr, exit 2): Triton would otherwise start serving nothing.
+# $SIZED_MODELS_DIR (default /tmp/sized-models) receives the view sized to the CPUs.
 set -euo pipefail
 
 me="tritonserver-pipelines"
@@ -36,21 +37,29 @@ if [[ ! -d "$root" ]]; then
     exit 2
 fi
 
-repositories=()
 names=()
 shopt -s nullglob
 for recipe in "${root%/}"/*/pipeline.toml; do
     [[ -f "$recipe" ]] || continue
-    repositories+=("--model-repository=${recipe%/pipeline.toml}")
     pipeline_dir="${recipe%/pipeline.toml}"
     names+=("${pipeline_dir##*/}")
 done
 shopt -u nullglob
 
-if ((${#repositories[@]} == 0)); then
+if ((${#names[@]} == 0)); then
     echo "$me: error: no pipeline in $root (no $root/<pipeline>/pipeline.toml): copy the built model repository there first" >&2
     exit 2
 fi
+
+# The Python steps sized to this container's CPU limit (cgroup cpu.max, else the CPU affinity):
+# a view of $root in $sized whose sized steps' configs are rewritten and everything else is a link
+# to $root, which stays read-only (vision_serving/cpu_sizing.py). One line per sized step.
+sized="${SIZED_MODELS_DIR:-/tmp/sized-models}"
+python3 -m vision_serving.cpu_sizing --pipelines-root "$root" --out "$sized"
+repositories=()
+for name in "${names[@]}"; do
+    repositories+=("--model-repository=${sized%/}/$name")
+done
 
 echo "$me: serving ${#names[@]} pipeline(s) from $root: ${names[*]}" >&2
 exec tritonserver "${repositories[@]}" ${passed[@]+"${passed[@]}"}

@@ -345,6 +345,8 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
             "max_image_side": "32766",
             "max_jpeg_scans": "64",
             "opencv_threads": "1",
+            "cpu_share": "1.0",
+            "max_instances": "4",
         },
         drift=True,
     )

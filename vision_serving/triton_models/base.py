@@ -7,7 +7,7 @@ A subclass implements ``_parse`` (one request -> its inputs; raising fails only 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
@@ -17,6 +17,9 @@ from .errors import triton_error
 
 
 class BatchedModel:
+    # How the requests of a batch are parsed: one after the other, unless a model sets a pool's map.
+    map_requests: Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]] = map
+
     def _parse(self, request: Any) -> Any:
         raise NotImplementedError
 
@@ -30,4 +33,4 @@ class BatchedModel:
         return pb_utils.InferenceResponse(error=triton_error(pb_utils, error))
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        return run_requests(requests, self._parse, self._compute, self._respond, self._fail)
+        return run_requests(requests, self._parse, self._compute, self._respond, self._fail, self.map_requests)

@@ -9,9 +9,12 @@ maps results back to the photo.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .. import drift, model_config, preprocessing
+from .. import cpu_sizing, drift, model_config, preprocessing
 from .base import BatchedModel
 from .batching import split_rows
 from .drift_metrics import DriftMetrics
@@ -30,26 +33,33 @@ class TritonPythonModel(BatchedModel):
         self.outputs = preprocessing.PreprocessOutputs.from_config(config)
         self.logger = pb_utils.Logger
         self.drift = DriftMetrics(pb_utils, args, config, drift.IMAGE_FEATURES)
+        # decode_threads (written by vision_serving.cpu_sizing from the pod's CPUs): the requests of a
+        # batch are decoded and resized in a pool of that many threads (OpenCV releases the GIL).
+        threads = model_config.int_parameter(config, cpu_sizing.THREADS_PARAMETER, 1)
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="decode") if threads > 1 else None
+        if self.pool is not None:
+            self.map_requests = self.pool.map
 
     def _parse(self, request):
         payloads = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
         decoded = preprocessing.decode_payloads(payloads, self.limits, self.minimum)
-        return (decoded, *drift.payload_facts(payloads.reshape(-1)))
+        pixels = preprocessing.preprocess_batch([item.image for item in decoded], self.spec)
+        return (decoded, pixels, *drift.payload_facts(payloads.reshape(-1)))
 
     def _compute(self, parsed):
-        items = [item for decoded, _, _ in parsed for item in decoded]
-        counts = [len(decoded) for decoded, _, _ in parsed]
+        items = [item for decoded, _, _, _ in parsed for item in decoded]
+        counts = [len(decoded) for decoded, _, _, _ in parsed]
         images = [item.image for item in items]
         # The photos' own sizes (postprocessing maps results back to them), not the reduced decode's.
         original = preprocessing.original_sizes(items)
-        outputs = {self.outputs.pixels: preprocessing.preprocess_batch(images, self.spec)}
+        outputs = {self.outputs.pixels: np.concatenate([pixels for _, pixels, _, _ in parsed])}
         if self.outputs.image_size is not None:
             outputs[self.outputs.image_size] = original
         if self.outputs.transform is not None:
             outputs[self.outputs.transform] = preprocessing.tensor_transforms(original, self.spec)
         self.drift.observe(
             lambda: drift.image_features(
-                images, original, [n for _, sizes, _ in parsed for n in sizes], [f for _, _, formats in parsed for f in formats]
+                images, original, [n for _, _, sizes, _ in parsed for n in sizes], [f for _, _, _, formats in parsed for f in formats]
             )
         )
         split = {name: split_rows(value, counts) for name, value in outputs.items()}
@@ -60,6 +70,8 @@ class TritonPythonModel(BatchedModel):
 
     def finalize(self):
         self.drift.close()
+        if self.pool is not None:
+            self.pool.shutdown()
 
     def _fail(self, error):
         if not isinstance(error, ValueError):
