@@ -74,3 +74,15 @@ def test_the_unit_tests_catch_an_alert_that_never_fires(tmp_path, alert):
     completed = promtool("test", "rules", tests.name, cwd=tmp_path)
     assert completed.returncode != 0
     assert f"alertname: {alert}," in completed.stdout + completed.stderr
+
+
+def test_the_unit_tests_catch_an_hpa_metric_that_watches_only_the_cores(tmp_path):
+    """The HPA's recorded metric narrowed to the core models (what it was before it covered every step):
+    the saturated-preprocessing case must fail."""
+    groups = load_rule_groups()
+    (rule,) = [rule for group in groups for rule in group["rules"] if "record" in rule]
+    rule["expr"] = rule["expr"].replace('model=~".+_(preprocess|core|postprocess)"', 'model=~".+_core"')
+    tests = unit_tests_in(tmp_path, groups)
+    completed = promtool("test", "rules", tests.name, cwd=tmp_path)
+    assert completed.returncode != 0
+    assert "pod:triton_step_queue_avg_us:max" in completed.stdout + completed.stderr

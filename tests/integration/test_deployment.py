@@ -708,7 +708,7 @@ def flag_options(arguments: list[str]) -> dict[str, str | None]:
     return options
 
 
-def test_hpa_scales_on_the_adapter_rule_for_the_core_model(objects, tools, tmp_path):
+def test_hpa_scales_on_the_worst_step_recorded_by_the_prometheus_rule(objects, tools, tmp_path):
     hpa = find(objects, "HorizontalPodAutoscaler")
     assert hpa["apiVersion"] == "autoscaling/v2"
     (metric,) = hpa["spec"]["metrics"]
@@ -721,12 +721,14 @@ def test_hpa_scales_on_the_adapter_rule_for_the_core_model(objects, tools, tmp_p
     (adapter,) = load_yaml(tools, path)
     (rule,) = adapter["rules"]
     assert rule["name"]["as"] == metric["pods"]["metric"]["name"]
-    # Every pipeline's core, none named, never an ensemble (server#8979): the worst core per pod.
-    assert CORE_SELECTOR in rule["seriesQuery"]
-    query = " ".join(rule["metricsQuery"].split())
-    assert query.count(CORE_SELECTOR) == 2 and "model=" not in query.replace(CORE_SELECTOR, "")
-    assert query.startswith("max by (<<.GroupBy>>) (") and query.count("sum by (<<.GroupBy>>, model)") == 2
-    assert query.count("(") == query.count(")")
+    # The adapter renames the PrometheusRule's recorded series (promtool tests it: tests/deploy/alerts.test.yaml).
+    (recorded,) = [r for r in prometheus_rules(objects) if "record" in r]
+    assert rule["seriesQuery"].startswith(recorded["record"] + "{") and rule["name"]["matches"] == f"^{recorded['record']}$"
+    assert rule["metricsQuery"] == "max by (<<.GroupBy>>) (<<.Series>>{<<.LabelMatchers>>})"
+    # Every step of every pipeline, none named, never an ensemble (server#8979): the worst step per pod.
+    query = " ".join(recorded["expr"].split())
+    assert query.count(STEP_SELECTOR) == 2 and "model=" not in query.replace(STEP_SELECTOR, "")
+    assert query.startswith("max by (namespace, pod) (") and query.count("sum by (namespace, pod, model)") == 2
     assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
     pdb = find(objects, "PodDisruptionBudget")
     assert pdb["spec"]["selector"] == find(objects, "Deployment")["spec"]["selector"]
@@ -737,8 +739,12 @@ def prometheus_rules(objects) -> list[dict[str, Any]]:
     return [rule for group in find(objects, "PrometheusRule")["spec"]["groups"] for rule in group["rules"]]
 
 
+def alert_rules(objects) -> list[dict[str, Any]]:
+    return [rule for rule in prometheus_rules(objects) if "alert" in rule]
+
+
 def test_alerts_cover_the_thresholds_and_have_runbooks(objects):
-    rules = prometheus_rules(objects)
+    rules = alert_rules(objects)
     for rule in rules:
         assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
         annotations = rule["annotations"]
@@ -756,7 +762,7 @@ def test_alerts_cover_the_thresholds_and_have_runbooks(objects):
 def test_alerts_cover_every_pipeline_by_model(objects):
     """No pipeline named: ensembles and steps are selected by suffix, and each alert that is
     about a model keeps the `model` label (the pipeline, or <pipeline>_<step>) in its result."""
-    by_name = {rule["alert"].removeprefix("ImageClassifier"): rule for rule in prometheus_rules(objects)}
+    by_name = {rule["alert"].removeprefix("ImageClassifier"): rule for rule in alert_rules(objects)}
     success = " ".join(by_name["SuccessRateLow"]["expr"].split())
     assert success.count(ENSEMBLE_SELECTOR) == 3 and success.count("sum by (model)") == 3
     assert "{{ $labels.model }}" in by_name["SuccessRateLow"]["annotations"]["summary"]
@@ -809,8 +815,8 @@ def test_dashboard_shows_every_step_of_every_pipeline(objects):
             assert 'model=~"${pipeline}_(preprocess|core|postprocess)"' in target["expr"], panel["title"]
     above = [t["expr"] for p in panels if p["gridPos"]["y"] < repeated["gridPos"]["y"] for t in p.get("targets", [])]
     assert any('model=~"${pipeline:regex}"' in e and "nv_inference_request_success" in e for e in above), "ensemble panel"
-    # The HPA's own metric, as the adapter computes it.
-    assert any(e.startswith("max by (pod) (sum by (pod, model)") and CORE_SELECTOR in e for e in above)
+    # The HPA's own metric, the recorded series the adapter serves.
+    assert "max by (pod) (pod:triton_step_queue_avg_us:max)" in above
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids))
     # Every selector names a pipeline only through the variable.
