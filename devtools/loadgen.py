@@ -62,8 +62,11 @@ def running_server(
     exit_timeout_secs: int = 30,
     ready_timeout_s: float = 240.0,
     wait_ready: bool = True,
+    pipelines: Sequence[str] = (),
+    cpus: float | None = None,
 ) -> Iterator[LocalTritonServer]:
-    """A tritonserver on free ports serving ``repository``; always stopped on exit."""
+    """A tritonserver on free ports serving ``repository`` (only ``pipelines`` if given; its Python
+    steps sized for ``cpus``, default this machine's); always stopped on exit."""
     log_dir.mkdir(parents=True, exist_ok=True)
     server = LocalTritonServer(
         http_port=free_port(),
@@ -73,6 +76,8 @@ def running_server(
         exit_timeout_secs=exit_timeout_secs,
         extra_args=list(extra_args),
         log_file=log_dir / "tritonserver.log",
+        pipelines=list(pipelines),
+        cpus=cpus,
     )
     server.start()
     try:

@@ -113,12 +113,18 @@ class LocalTritonServer:
     pipelines: list[str] = field(default_factory=list)
     # Size the Python steps for this many CPUs (default: this process's cgroup limit or affinity).
     cpus: float | None = None
+    # Run the server on these CPUs only (its CPU affinity, as `taskset -c` sets it); sized to them.
+    cpu_set: frozenset[int] | None = None
     process: subprocess.Popen | None = None
     # The sized steps' layouts (model name -> instances x threads), once command() has sized them.
     step_layouts: dict[str, cpu_sizing.StepLayout] = field(default_factory=dict)
 
     def cpu_limit(self) -> cpu_sizing.CpuLimit:
-        return cpu_sizing.cpu_limit() if self.cpus is None else cpu_sizing.CpuLimit(self.cpus, "requested")
+        if self.cpus is not None:
+            return cpu_sizing.CpuLimit(self.cpus, "requested")
+        if self.cpu_set is not None:
+            return cpu_sizing.cpu_limit(affinity=lambda: len(self.cpu_set or ()))
+        return cpu_sizing.cpu_limit()
 
     def sized_repositories(self) -> list[Path]:
         """The served pipelines as Triton gets them: a view (.build/sized/<http port>/) whose Python steps
@@ -168,8 +174,13 @@ class LocalTritonServer:
             env=server_environment(),
             stdout=output,
             stderr=subprocess.STDOUT if output else None,
-            preexec_fn=_terminate_with_parent,
+            preexec_fn=self._in_child,
         )
+
+    def _in_child(self) -> None:
+        _terminate_with_parent()
+        if self.cpu_set is not None:
+            os.sched_setaffinity(0, self.cpu_set)
 
     def is_ready(self) -> bool:
         try:

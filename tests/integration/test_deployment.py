@@ -541,6 +541,25 @@ def test_pod_security_resources_and_shm(pod_spec, triton):
     assert verify["command"] == ["python3", "-m", "builders.tensorrt_engine", "verify-plan", "--model-repository", "/models"]
 
 
+def memory_gib(quantity: str) -> float:
+    units = {"Ki": 2**-20, "Mi": 2**-10, "Gi": 1.0, "Ti": 2**10}
+    return float(quantity[:-2]) * units[quantity[-2:]]
+
+
+def test_the_servers_cpu_and_memory_follow_from_the_sizing_and_the_measured_costs(triton):
+    """CPU request = limit (the sizing reads the limit; the scheduler reserves what is sized for); memory
+    covers what the planner computes for that limit from the committed measurements, the 1 GiB /dev/shm
+    and the CUDA/TensorRT host allowance docs/sizing.md names."""
+    from benchmarks import capacity
+
+    resources = triton["resources"]
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"]
+    assert capacity.deployment_vcpus() == capacity.cpu_quantity(resources["limits"]["cpu"])
+    needed = capacity.memory_gib_per_pod(capacity.load(), capacity.deployment_vcpus()) + 1.0 + capacity.CUDA_HOST_GIB
+    assert memory_gib(resources["requests"]["memory"]) == memory_gib(resources["limits"]["memory"]) >= needed
+    assert memory_gib(resources["limits"]["memory"]) <= 2 * needed, "far more than the pod needs: the node's memory is wasted"
+
+
 def builder_commands(script: str) -> list[list[str]]:
     """The `python -m builders ...` commands of a shell script, as argument lists."""
     joined = script.replace("\\\n", " ")

@@ -54,10 +54,12 @@ def test_golden_labels(triton_server, photo_bytes, protocol, name):
     assert np.all(np.diff(scores[0]) <= 0) and 0 < scores[0].sum() <= 1.0 + 1e-5
 
 
-def test_served_equals_in_process_pipeline(triton_server, built_repository, photo_bytes):
+@pytest.mark.parametrize("sizing", ["this machine", "8 CPUs: decode threads"])
+def test_served_equals_in_process_pipeline(request, sizing, built_repository, photo_bytes):
     """What the server answers is what the same library computes in-process."""
+    server = request.getfixturevalue("triton_server" if sizing == "this machine" else "threaded_server")
     names = ["chelsea", "coffee", "camera", "astronaut"]
-    _labels, scores, class_ids = infer(make_client(triton_server, "grpc"), grpcclient, [photo_bytes[n] for n in names])
+    _labels, scores, class_ids = infer(make_client(server, "grpc"), grpcclient, [photo_bytes[n] for n in names])
 
     # The served pipeline in process: the same decoder, preprocessing, core config (cpu) and postprocessing.
     served = ServedPipeline.load(PipelineConfigs.at(built_repository / MODEL), "cpu")
@@ -102,9 +104,23 @@ def bad_payload(kind: str, photo_bytes) -> bytes:
     return BAD_PAYLOADS[kind][0]
 
 
-def test_batch_mixing_good_and_bad_images(triton_server, photo_bytes):
-    """Concurrent requests share dynamic batches; each bad one fails alone, clearly, the rest succeed."""
-    client = make_client(triton_server, "grpc")
+@pytest.fixture(scope="module")
+def threaded_server(built_repository, tmp_path_factory):
+    """The classifier sized for 8 CPUs: 4 preprocess instances of 2 decode threads, so the requests
+    of a batch are decoded in a thread pool (on this 2-CPU machine too: correctness, not speed)."""
+    from devtools.loadgen import running_server
+
+    with running_server(built_repository, tmp_path_factory.mktemp("threaded"), pipelines=[MODEL], cpus=8) as server:
+        assert str(server.step_layouts[f"{MODEL}_preprocess"]) == "4 instance(s) x 2 decode thread(s)"
+        yield server
+
+
+@pytest.mark.parametrize("sizing", ["this machine", "8 CPUs: decode threads"])
+def test_batch_mixing_good_and_bad_images(request, sizing, photo_bytes):
+    """Concurrent requests share dynamic batches; each bad one fails alone, clearly, the rest succeed,
+    whether a preprocess instance decodes its batch in order or in a pool of threads."""
+    server = request.getfixturevalue("triton_server" if sizing == "this machine" else "threaded_server")
+    client = make_client(server, "grpc")
     work = [("good", photo_bytes["chelsea"]), ("good", photo_bytes["coffee"])]
     work += [(kind, bad_payload(kind, photo_bytes)) for kind in BAD_PAYLOADS]
     work = work * 4  # 24 requests in flight at once
@@ -152,3 +168,18 @@ def test_batch_over_max_batch_size_is_rejected(triton_server, photo_bytes):
         infer(client, grpcclient, [photo_bytes["coffee"]] * (int(max_batch) + 1))
     assert is_invalid_argument(error.value)
     assert client.is_server_ready()
+
+
+def test_the_server_runs_each_preprocess_sized_to_its_cpus(triton_server, built_repository):
+    """What Triton loaded (its model config API) is the sizing of this machine's CPUs: instances and decode threads."""
+    from vision_serving import cpu_sizing, layout, model_config
+
+    client = httpclient.InferenceServerClient(triton_server.http_url)
+    cpus = cpu_sizing.cpu_limit().cpus
+    for pipeline in layout.pipelines(built_repository):
+        shipped = model_config.load_config(pipeline.model_dir("preprocess"))
+        expected = cpu_sizing.layout_for(shipped, cpus, pipeline.model_dir("preprocess"))
+        assert expected is not None, f"{pipeline.name}: its preprocess has no cpu_share"
+        served = client.get_model_config(pipeline.model_name("preprocess"))
+        assert [group["count"] for group in served["instance_group"]] == [expected.instances]
+        assert served["parameters"]["decode_threads"]["string_value"] == str(expected.threads)
