@@ -46,7 +46,7 @@ from benchmarks import cpu, images
 from benchmarks.pipelines import ensemble_sender, in_process
 from devtools import loadgen
 from devtools.triton_server import LocalTritonServer
-from vision_serving import cpu_sizing, layout, model_config
+from vision_serving import cpu_sizing, drift, layout, model_config
 
 RESULTS = Path(__file__).resolve().parent / "results" / "capacity.json"
 KINDS = ("thumbnail", "web", "phone")
@@ -205,15 +205,26 @@ def _cpu_ms(function: Any, count: int, repeats: int) -> float:
     return best * 1e3 / count
 
 
+def _drift_enabled(config: Any) -> bool:
+    return all(key in config.parameters for key in drift.PARAMETERS) and drift.DriftSettings.from_config(config).enabled
+
+
 def _kind_costs(served: Any, kind: str, repeats: int) -> dict[str, float]:
     payloads = [payload.data for payload in images.upload_mix(kind)]
     decoded = [served.decode(data) for data in payloads]
     tensors = served.with_core(served.preprocessed(decoded))
-    return {
+    result = served.postprocess(tensors)
+    costs = {
         "decode": _cpu_ms(lambda: [served.decode(data) for data in payloads], len(payloads), repeats),
         "preprocess": _cpu_ms(lambda: served.preprocess(decoded), len(payloads), repeats),
         "postprocess": _cpu_ms(lambda: served.postprocess(tensors).outputs(), len(payloads), max(repeats, 10)),
     }
+    # The drift statistics each step computes per image when its config enables them.
+    if _drift_enabled(served.configs.preprocess):
+        costs["preprocess_drift"] = _cpu_ms(lambda: served.image_features(payloads, decoded), len(payloads), repeats)
+    if _drift_enabled(served.configs.postprocess):
+        costs["postprocess_drift"] = _cpu_ms(result.features, len(payloads), max(repeats, 10))
+    return costs
 
 
 def step_costs(pipeline: layout.Pipeline, repeats: int) -> dict[str, dict[str, float]]:

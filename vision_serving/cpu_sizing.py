@@ -5,7 +5,7 @@ what the CPUs spend per image) gets, at start, one *worker* per CPU of its share
 container's CPUs:
 
     workers   = ceil(cpus x cpu_share)           (at least 1)
-    instances = min(workers, max_instances)      (each instance is a process: ~0.35 GiB)
+    instances = min(workers, max_instances)      (each instance is a process: ~0.13 GiB)
     threads   = ceil(workers / instances)        (``decode_threads``: decode and resize in a pool)
 
 ``cpus`` is the container's CPU limit: cgroup v2 ``cpu.max`` (quota / period; the smallest along
@@ -42,10 +42,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 SHARE_PARAMETER = "cpu_share"
 MAX_INSTANCES_PARAMETER = "max_instances"
 THREADS_PARAMETER = "decode_threads"
-DEFAULT_MAX_INSTANCES = 4
-# Resident memory of one preprocess instance (its Python backend stub: interpreter, numpy,
-# OpenCV, the serving library) measured on the local server: see docs/sizing.md.
-INSTANCE_MEMORY_MIB = 350
+DEFAULT_MAX_INSTANCES = 8
 
 
 class SizingError(ValueError):

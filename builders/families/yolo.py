@@ -346,7 +346,7 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
             "max_jpeg_scans": "64",
             "opencv_threads": "1",
             "cpu_share": "1.0",
-            "max_instances": "4",
+            "max_instances": "8",
         },
         drift=True,
     )

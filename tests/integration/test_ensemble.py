@@ -54,7 +54,7 @@ def test_golden_labels(triton_server, photo_bytes, protocol, name):
     assert np.all(np.diff(scores[0]) <= 0) and 0 < scores[0].sum() <= 1.0 + 1e-5
 
 
-@pytest.mark.parametrize("sizing", ["this machine", "8 CPUs: decode threads"])
+@pytest.mark.parametrize("sizing", ["this machine", "16 CPUs: decode threads"])
 def test_served_equals_in_process_pipeline(request, sizing, built_repository, photo_bytes):
     """What the server answers is what the same library computes in-process."""
     server = request.getfixturevalue("triton_server" if sizing == "this machine" else "threaded_server")
@@ -106,16 +106,16 @@ def bad_payload(kind: str, photo_bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def threaded_server(built_repository, tmp_path_factory):
-    """The classifier sized for 8 CPUs: 4 preprocess instances of 2 decode threads, so the requests
+    """The classifier sized for 16 CPUs: 8 preprocess instances of 2 decode threads, so the requests
     of a batch are decoded in a thread pool (on this 2-CPU machine too: correctness, not speed)."""
     from devtools.loadgen import running_server
 
-    with running_server(built_repository, tmp_path_factory.mktemp("threaded"), pipelines=[MODEL], cpus=8) as server:
-        assert str(server.step_layouts[f"{MODEL}_preprocess"]) == "4 instance(s) x 2 decode thread(s)"
+    with running_server(built_repository, tmp_path_factory.mktemp("threaded"), pipelines=[MODEL], cpus=16) as server:
+        assert str(server.step_layouts[f"{MODEL}_preprocess"]) == "8 instance(s) x 2 decode thread(s)"
         yield server
 
 
-@pytest.mark.parametrize("sizing", ["this machine", "8 CPUs: decode threads"])
+@pytest.mark.parametrize("sizing", ["this machine", "16 CPUs: decode threads"])
 def test_batch_mixing_good_and_bad_images(request, sizing, photo_bytes):
     """Concurrent requests share dynamic batches; each bad one fails alone, clearly, the rest succeed,
     whether a preprocess instance decodes its batch in order or in a pool of threads."""

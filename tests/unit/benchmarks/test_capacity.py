@@ -19,8 +19,8 @@ def costs() -> dict:
         "phone": {"decode": 53.0, "preprocess": 1.9, "postprocess": 0.1},
     }
     instances = {
-        "preprocess": {"sized": True, "count": 2, "cpu_share": 1.0, "max_instances": 4},
-        "postprocess": {"sized": False, "count": 1, "cpu_share": None, "max_instances": 4},
+        "preprocess": {"sized": True, "count": 2, "cpu_share": 1.0, "max_instances": 8},
+        "postprocess": {"sized": False, "count": 1, "cpu_share": None, "max_instances": 8},
     }
     pipeline = {"steps": steps, "instances": instances, "overhead_ms": 1.0, "instance_mib": {"preprocess": 300.0, "postprocess": 100.0}}
     return {"command": "test", "created_at": "now", "machine": MACHINE, "server_mib": 624.0, "pipelines": {"p": pipeline}}
@@ -41,8 +41,10 @@ def test_a_cpu_bound_pod_and_the_pods_a_target_needs():
     assert result.pod_images_per_s == pytest.approx(800.0) and result.bottleneck == "CPU"
     assert result.pods == 3  # 2000 / 800, rounded up
     assert result.gpu_utilization == pytest.approx(2000 / 3 / 3000)
-    # 8 CPUs: 4 preprocess instances (max_instances) x 300 MiB + 1 postprocess x 100 + the server's 624
-    assert result.memory_gib_per_pod == pytest.approx((4 * 300 + 100 + 624) / 1024)
+    # 8 CPUs: 8 preprocess instances x 300 MiB + 1 postprocess x 100 + the server's 624
+    assert result.memory_gib_per_pod == pytest.approx((8 * 300 + 100 + 624) / 1024)
+    bigger = capacity.plan(costs(), "p", "web", target=2000, gpu_images_per_s=3000, vcpus_per_pod=32, utilization=0.7)
+    assert bigger.memory_gib_per_pod == result.memory_gib_per_pod  # past max_instances, threads: no more memory
 
 
 def test_a_gpu_bound_pod():

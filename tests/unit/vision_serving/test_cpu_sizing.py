@@ -67,16 +67,18 @@ def test_cgroup_v1_quota(tmp_path):
     [
         (1, 1.0, (1, 1, 1)),
         (2, 1.0, (2, 2, 1)),  # this machine: the shipped count 2, one thread
-        (8, 1.0, (8, 4, 2)),
-        (32, 1.0, (32, 4, 8)),
+        (8, 1.0, (8, 8, 1)),
+        (16, 1.0, (16, 8, 2)),
+        (32, 1.0, (32, 8, 4)),
         (1.5, 1.0, (2, 2, 1)),  # a fraction of a CPU still gets its worker
         (0.5, 1.0, (1, 1, 1)),
-        (32, 0.25, (8, 4, 2)),
+        (32, 0.25, (8, 8, 1)),
+        (64, 0.5, (32, 8, 4)),
         (8, 0.1, (1, 1, 1)),
     ],
 )
 def test_one_worker_per_cpu_of_the_share_in_at_most_max_instances_processes(cpus, share, expected):
-    chosen = cpu_sizing.step_layout(cpus, share, max_instances=4)
+    chosen = cpu_sizing.step_layout(cpus, share, max_instances=8)
     assert (chosen.workers, chosen.instances, chosen.threads) == expected
     assert chosen.instances * chosen.threads >= chosen.workers
 
@@ -115,7 +117,7 @@ def test_bad_sizing_parameters_are_refused_in_one_line(parameter, message):
 
 def test_the_sized_view_links_everything_and_rewrites_only_the_sized_configs(tmp_path):
     pipelines = layout.pipelines(MODEL_REPOSITORY)
-    layouts = cpu_sizing.size_repository(pipelines, tmp_path / "view", 8.0)
+    layouts = cpu_sizing.size_repository(pipelines, tmp_path / "view", 16.0)
     assert set(layouts) == {pipeline.model_name("preprocess") for pipeline in pipelines}
     for pipeline in pipelines:
         view = tmp_path / "view" / pipeline.name
@@ -124,5 +126,5 @@ def test_the_sized_view_links_everything_and_rewrites_only_the_sized_configs(tmp
         preprocess = view / pipeline.model_name("preprocess")
         assert not preprocess.is_symlink() and (preprocess / "1").is_symlink()
         config = model_config.load_config(preprocess)
-        assert config.instance_group[0].count == 4 and config.parameters["decode_threads"].string_value == "2"
+        assert config.instance_group[0].count == 8 and config.parameters["decode_threads"].string_value == "2"
     assert not list(MODEL_REPOSITORY.glob("*/*/config.pbtxt.*"))  # the repository itself is not written
