@@ -50,7 +50,7 @@ import pytest
 from devtools import model_image
 from devtools.loadgen import free_port
 from devtools.triton_server import LocalTritonServer
-from vision_serving import layout
+from vision_serving import layout, model_config
 
 ROOT = layout.REPOSITORY_ROOT
 K8S = ROOT / "k8s"
@@ -1058,20 +1058,42 @@ def run_script(script: Path, arguments: list[str], fake_bin: Path, **env: str) -
     return subprocess.run(["bash", str(script), *arguments], capture_output=True, text=True, env=environment, timeout=60, check=False)
 
 
-def test_the_entry_script_passes_one_model_repository_per_pipeline(tmp_path, triton):
+def run_entry_script(arguments: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The entry script with a fake tritonserver first on PATH, then this environment's python3 (the
+    image's /opt/venv/bin: vision_serving for the CPU sizing), its sized view in tmp_path/sized."""
     fake_executable(tmp_path / "bin", "tritonserver")
+    environment = {
+        "PATH": f"{tmp_path / 'bin'}:{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "SIZED_MODELS_DIR": str(tmp_path / "sized"),
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(ENTRY_SCRIPT), *arguments], capture_output=True, text=True, env=environment, timeout=60, check=False, cwd=ROOT
+    )
+
+
+def test_the_entry_script_passes_one_sized_model_repository_per_pipeline(tmp_path, triton):
     args = tritonserver_arguments(triton["args"])
-    completed = run_script(ENTRY_SCRIPT, [f"{ROOT_FLAG}={layout.MODEL_REPOSITORY}", *args], tmp_path / "bin")
+    completed = run_entry_script([f"{ROOT_FLAG}={layout.MODEL_REPOSITORY}", *args], tmp_path, SIZED_MODELS_DIR=str(tmp_path / "sized"))
     assert completed.returncode == 0, completed.stderr
     passed = completed.stdout.splitlines()
     repositories = [a.partition("=")[2] for a in passed if a.startswith("--model-repository")]
-    assert sorted(repositories) == sorted(str(path) for path in layout.model_repositories(layout.MODEL_REPOSITORY))
+    # Each pipeline's sized view (vision_serving.cpu_sizing), in the same order as the pipelines.
+    assert repositories == [str(tmp_path / "sized" / path.name) for path in layout.model_repositories(layout.MODEL_REPOSITORY)]
     assert len(repositories) == len(PIPELINES) >= 2
     assert all(a.startswith("--model-repository=") for a in passed[: len(repositories)])
     assert passed[len(repositories) :] == args, "every other argument is passed on unchanged, in order"
     assert ROOT_FLAG not in completed.stdout
-    (line,) = completed.stderr.splitlines()
+    lines = completed.stderr.splitlines()
+    (line,) = [line for line in lines if line.startswith(f"{ENTRY_COMMAND}: ")]
     assert all(pipeline.name in line for pipeline in PIPELINES)
+    # One line per sized step, naming this machine's CPUs, and the view's configs say the same.
+    sized = [line for line in lines if line.startswith("cpu_sizing: ")]
+    assert len(sized) == len(PIPELINES) and all("CPUs (" in line for line in sized), lines
+    for pipeline in PIPELINES:
+        config = model_config.load_config(tmp_path / "sized" / pipeline.name / pipeline.model_name("preprocess"))
+        assert config.parameters["decode_threads"].string_value.isdigit()
 
 
 def test_the_entry_script_root_defaults_to_the_images(tmp_path):
@@ -1085,30 +1107,50 @@ def test_the_entry_script_root_defaults_to_the_images(tmp_path):
     (root / "not_a_pipeline").mkdir()  # no recipe: not served
     (root / "stray.toml").write_text("")
     (root / "dir_recipe" / layout.RECIPE_FILENAME).mkdir(parents=True)  # not a file
-    fake_executable(tmp_path / "bin", "tritonserver")
-    completed = run_script(ENTRY_SCRIPT, ["--log-info=true"], tmp_path / "bin", PIPELINES_ROOT=str(root))
+    completed = run_entry_script(["--log-info=true"], tmp_path, PIPELINES_ROOT=str(root))
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.splitlines() == [f"--model-repository={root}/alpha", f"--model-repository={root}/zeta", "--log-info=true"]
+    sized = tmp_path / "sized"
+    assert completed.stdout.splitlines() == [f"--model-repository={sized}/alpha", f"--model-repository={sized}/zeta", "--log-info=true"]
     # The same folders layout.pipelines() finds (what ./scripts/serve and the builders use).
-    assert [f"--model-repository={p}" for p in layout.model_repositories(root)] == completed.stdout.splitlines()[:2]
+    assert [f"--model-repository={sized / p.name}" for p in layout.model_repositories(root)] == completed.stdout.splitlines()[:2]
+    assert (sized / "alpha" / layout.RECIPE_FILENAME).resolve() == (root / "alpha" / layout.RECIPE_FILENAME).resolve()
 
 
-@pytest.mark.parametrize("case", ["empty", "missing", "model-repository"])
+def bad_share(tmp_path: Path) -> Path:
+    """A root whose one pipeline's preprocess asks for 150 % of the CPUs."""
+    root = tmp_path / "bad_share"
+    model = root / "pipe" / "pipe_preprocess"
+    model.mkdir(parents=True)
+    (root / "pipe" / layout.RECIPE_FILENAME).write_text("")
+    (model / "config.pbtxt").write_text(
+        'name: "pipe_preprocess"\nbackend: "python"\ninstance_group [ { kind: KIND_CPU count: 2 } ]\n'
+        'parameters [ { key: "cpu_share", value: { string_value: "1.5" } } ]\n'
+    )
+    return root
+
+
+@pytest.mark.parametrize("case", ["empty", "missing", "model-repository", "bad-share"])
 def test_the_entry_script_fails_in_one_clear_line(tmp_path, case):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "some_folder").mkdir()
-    fake_executable(tmp_path / "bin", "tritonserver")
     arguments = {
         "empty": [f"{ROOT_FLAG}={empty}"],
         "missing": [f"{ROOT_FLAG}={tmp_path / 'nowhere'}"],
         "model-repository": [f"{ROOT_FLAG}={layout.MODEL_REPOSITORY}", f"--model-repository={layout.MODEL_REPOSITORY}"],
+        "bad-share": [f"{ROOT_FLAG}={bad_share(tmp_path)}"],
     }[case]
-    completed = run_script(ENTRY_SCRIPT, [*arguments, "--log-info=true"], tmp_path / "bin")
+    completed = run_entry_script([*arguments, "--log-info=true"], tmp_path)
     assert completed.returncode == 2 and completed.stdout == "", "tritonserver must not start"
     (line,) = completed.stderr.splitlines()
-    assert line.startswith(f"{ENTRY_COMMAND}: error: ")
-    expected = {"empty": f"no pipeline in {empty}", "missing": "does not exist", "model-repository": "do not pass --model-repository"}[case]
+    prefix = "cpu_sizing" if case == "bad-share" else ENTRY_COMMAND
+    assert line.startswith(f"{prefix}: error: ")
+    expected = {
+        "empty": f"no pipeline in {empty}",
+        "missing": "does not exist",
+        "model-repository": "do not pass --model-repository",
+        "bad-share": "parameter cpu_share must be in (0, 1] (a share of the pod's CPUs), found 1.5",
+    }[case]
     assert expected in line
 
 
