@@ -58,6 +58,9 @@ CPU_STEPS = ("preprocess", "postprocess")
 # Host memory of the CUDA context, TensorRT's runtime and the plans' host copies in the server
 # process on a GPU: not measurable here (no GPU), an allowance the Deployment adds (docs/sizing.md).
 CUDA_HOST_GIB = 3.0
+# Load before the measured window: a fresh server's first seconds cost more CPU per request
+# (first imports and drift tests in each instance): 10.3 against 6.5-6.9 ms in the classifier's preprocess.
+SERVING_WARMUP_S = 10.0
 
 
 # ---------------------------------------------------------------------------- planning
@@ -268,6 +271,7 @@ def serving_costs(pipelines: list[layout.Pipeline], duration_s: float, concurren
         grpc_port=loadgen.free_port(),
         metrics_port=loadgen.free_port(),
         log_file=Path("/dev/null"),
+        model_repository=pipelines[0].repository.parent,
         pipelines=[pipeline.name for pipeline in pipelines],
     )
     server.start()
@@ -281,7 +285,7 @@ def serving_costs(pipelines: list[layout.Pipeline], duration_s: float, concurren
             measured = loadgen.closed_loop(
                 ensemble_sender(server.grpc_url, pipeline, payloads),
                 concurrency,
-                2.0,
+                SERVING_WARMUP_S,
                 duration_s,
                 on_window_start=partial(_snapshot, snapshots, root),
                 on_window_end=partial(_snapshot, snapshots, root),
@@ -322,8 +326,8 @@ def _instances(pipeline: layout.Pipeline) -> dict[str, dict[str, Any]]:
     return found
 
 
-def measure(repeats: int, duration_s: float, concurrency: int, command: str) -> dict[str, Any]:
-    chosen = layout.pipelines()
+def measure(repeats: int, duration_s: float, concurrency: int, command: str, repository: Path = layout.MODEL_REPOSITORY) -> dict[str, Any]:
+    chosen = layout.pipelines(repository)
     costs: dict[str, Any] = {
         "command": command,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -417,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="--measure: clients of the load")
     parser.add_argument("--costs", type=Path, default=RESULTS, help="the measured costs (default: %(default)s)")
     parser.add_argument(
+        "--model-repository", type=Path, default=layout.MODEL_REPOSITORY, help="--measure: the pipelines to measure (default: %(default)s)"
+    )
+    parser.add_argument(
         "--scaling",
         nargs="+",
         metavar="CPUS",
@@ -431,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.measure:
             command = " ".join(["python -m benchmarks.capacity", *(argv if argv is not None else sys.argv[1:])])
-            costs = measure(args.repeats, args.duration, args.concurrency, command)
+            costs = measure(args.repeats, args.duration, args.concurrency, command, args.model_repository)
             args.costs.parent.mkdir(parents=True, exist_ok=True)
             args.costs.write_text(json.dumps(costs, indent=2) + "\n")
         costs = load(args.costs)

@@ -1,7 +1,7 @@
-"""Pure serving logic for the Triton image-classification ensemble.
+"""The serving library of every pipeline's ensemble: decoding, preprocessing, the tasks, drift, sizing.
 
-Nothing in this package imports ``triton_python_backend_utils``: the Python
-backend's ``model.py`` files adapt Triton requests to these functions, and the
-builders and tests call them directly, so calibration, the accuracy gate and
-the server all run exactly the same preprocessing.
+Only ``vision_serving.triton_models`` (the ``TritonPythonModel`` adapters every
+``model.py`` imports) imports ``triton_python_backend_utils``; everything else is
+plain Python the builders, benchmarks and tests call directly, so calibration,
+the precision gates and the server all run exactly the same code.
 """
