@@ -77,31 +77,48 @@ def parse_cpu_max(text: str) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
 
 
-def _cgroup_v2_limit(root: Path, proc_cgroup: str) -> float | None:
-    """The smallest ``cpu.max`` on this process's cgroup path (a child cannot use more than its parents)."""
-    relative = next((line[3:] for line in proc_cgroup.splitlines() if line.startswith("0::")), None)
-    if relative is None:
-        return None
+def _smallest_along(top: Path, relative: str, read: Callable[[Path], float | None]) -> float | None:
+    """The smallest limit ``read`` finds in ``top/relative`` and each of its parents up to ``top``
+    (a child cgroup cannot use more than its parents)."""
     limits = []
-    folder = root / relative.strip().lstrip("/")
+    folder = top / relative.strip().lstrip("/")
     while True:
-        cpu_max = folder / "cpu.max"
-        if cpu_max.is_file():
-            limit = parse_cpu_max(cpu_max.read_text())
-            if limit is not None:
-                limits.append(limit)
-        if folder == root or root not in folder.parents:
+        limit = read(folder)
+        if limit is not None:
+            limits.append(limit)
+        if folder == top or top not in folder.parents:
             break
         folder = folder.parent
     return min(limits) if limits else None
 
 
-def _cgroup_v1_limit(root: Path) -> float | None:
-    quota_file, period_file = root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"
+def _read_cpu_max(folder: Path) -> float | None:
+    path = folder / "cpu.max"
+    return parse_cpu_max(path.read_text()) if path.is_file() else None
+
+
+def _read_cfs_quota(folder: Path) -> float | None:
+    quota_file, period_file = folder / "cpu.cfs_quota_us", folder / "cpu.cfs_period_us"
     if not (quota_file.is_file() and period_file.is_file()):
         return None
     quota, period = int(quota_file.read_text()), int(period_file.read_text())
     return quota / period if quota > 0 and period > 0 else None
+
+
+def _cgroup_v2_limit(root: Path, proc_cgroup: str) -> float | None:
+    relative = next((line[3:] for line in proc_cgroup.splitlines() if line.startswith("0::")), None)
+    return None if relative is None else _smallest_along(root, relative, _read_cpu_max)
+
+
+def _cgroup_v1_limit(root: Path, proc_cgroup: str) -> float | None:
+    """The CFS quota of the v1 ``cpu`` controller's cgroup (mounted as ``cpu`` or ``cpu,cpuacct``)."""
+    for line in proc_cgroup.splitlines():
+        _, controllers, relative = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            for top in (root / controllers, root / "cpu"):
+                if top.is_dir():
+                    return _smallest_along(top, relative, _read_cfs_quota)
+    return None
 
 
 def cpu_limit(
@@ -112,7 +129,10 @@ def cpu_limit(
     """The CPUs this process may use: its cgroup's CPU limit or its CPU affinity, the smaller."""
     cpus = CpuLimit(float(affinity()), "CPU affinity")
     text = proc_cgroup.read_text() if proc_cgroup.is_file() else ""
-    for quota, source in ((_cgroup_v2_limit(cgroup_root, text), "cgroup cpu.max"), (_cgroup_v1_limit(cgroup_root), "cgroup cfs quota")):
+    for quota, source in (
+        (_cgroup_v2_limit(cgroup_root, text), "cgroup cpu.max"),
+        (_cgroup_v1_limit(cgroup_root, text), "cgroup cfs quota"),
+    ):
         if quota is not None and quota < cpus.cpus:
             cpus = CpuLimit(quota, source)
     return cpus

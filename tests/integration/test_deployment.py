@@ -29,6 +29,7 @@ created here when missing or stale: checkov's pins conflict with .venv.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,6 +41,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1068,9 +1070,11 @@ def run_entry_script(arguments: list[str], tmp_path: Path, **env: str) -> subpro
         "SIZED_MODELS_DIR": str(tmp_path / "sized"),
         **env,
     }
-    return subprocess.run(
-        ["bash", str(ENTRY_SCRIPT), *arguments], capture_output=True, text=True, env=environment, timeout=60, check=False, cwd=ROOT
-    )
+    # With CGROUP: the script runs inside that cgroup (its shell joins it, then execs the script).
+    command = ["bash", str(ENTRY_SCRIPT), *arguments]
+    if "CGROUP" in env:
+        command = ["sh", "-c", 'echo $$ > "$CGROUP/cgroup.procs" && exec "$@"', "sh", *command]
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=60, check=False, cwd=ROOT)
 
 
 def test_the_entry_script_passes_one_sized_model_repository_per_pipeline(tmp_path, triton):
@@ -1114,6 +1118,44 @@ def test_the_entry_script_root_defaults_to_the_images(tmp_path):
     # The same folders layout.pipelines() finds (what ./scripts/serve and the builders use).
     assert [f"--model-repository={sized / p.name}" for p in layout.model_repositories(root)] == completed.stdout.splitlines()[:2]
     assert (sized / "alpha" / layout.RECIPE_FILENAME).resolve() == (root / "alpha" / layout.RECIPE_FILENAME).resolve()
+
+
+@contextlib.contextmanager
+def cpu_limited_cgroup(quota_us: int, period_us: int = 100_000) -> Iterator[Path]:
+    """A real cgroup with a CPU quota (v2 ``cpu.max``, else v1's CFS quota); its ``cgroup.procs``
+    takes a process. Skips where this user cannot create one (not root, no cpu controller)."""
+    v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/cpu")
+    name = f"vision-serving-test-{os.getpid()}"
+    v2_controllers = v2 / "cgroup.subtree_control"
+    if v2_controllers.is_file() and "cpu" in v2_controllers.read_text().split():
+        group, files = v2 / name, {"cpu.max": f"{quota_us} {period_us}"}
+    elif (v1 / "cpu.cfs_quota_us").is_file():
+        group, files = v1 / name, {"cpu.cfs_period_us": str(period_us), "cpu.cfs_quota_us": str(quota_us)}
+    else:
+        pytest.skip("no cgroup cpu controller on this machine")
+    try:
+        group.mkdir()
+        for file, value in files.items():
+            (group / file).write_text(value)
+    except OSError as error:
+        pytest.skip(f"cannot create a cgroup with a CPU quota here: {error}")
+    try:
+        yield group
+    finally:
+        group.rmdir()
+
+
+def test_the_entry_script_sizes_to_a_real_cgroup_cpu_limit(tmp_path):
+    """The image's path on a real kernel cgroup: the entry script started inside a cgroup limited to half a
+    CPU sizes every preprocess to 1 instance of 1 thread (2 x 1 on this machine without the limit)."""
+    with cpu_limited_cgroup(50_000) as group:
+        completed = run_entry_script([f"{ROOT_FLAG}={layout.MODEL_REPOSITORY}", "--log-info=true"], tmp_path, CGROUP=str(group))
+    assert completed.returncode == 0, completed.stderr
+    sized = [line for line in completed.stderr.splitlines() if line.startswith("cpu_sizing: ")]
+    assert len(sized) == len(PIPELINES) and all("1 instance(s) x 1 decode thread(s) for 0.5 CPUs (cgroup " in line for line in sized), sized
+    for pipeline in PIPELINES:
+        config = model_config.load_config(tmp_path / "sized" / pipeline.name / pipeline.model_name("preprocess"))
+        assert config.instance_group[0].count == 1 and config.parameters["decode_threads"].string_value == "1"
 
 
 def bad_share(tmp_path: Path) -> Path:

@@ -49,16 +49,19 @@ def test_a_parent_cgroups_smaller_limit_wins(tmp_path):
     assert cpu_sizing.cpu_limit(root, proc, affinity=lambda: 64).cpus == 3.0
 
 
-def test_cgroup_v1_quota(tmp_path):
+@pytest.mark.parametrize("mount", ["cpu", "cpu,cpuacct"])
+def test_cgroup_v1_quota_of_this_process_cgroup(tmp_path, mount):
     root = tmp_path / "cgroup"
-    (root / "cpu").mkdir(parents=True)
-    (root / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
-    (root / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    (root / mount / "docker" / "abc").mkdir(parents=True)
+    (root / mount / "cpu.cfs_quota_us").write_text("-1\n")  # the host: unlimited
+    (root / mount / "cpu.cfs_period_us").write_text("100000\n")
+    (root / mount / "docker" / "abc" / "cpu.cfs_quota_us").write_text("400000\n")
+    (root / mount / "docker" / "abc" / "cpu.cfs_period_us").write_text("100000\n")
     proc = tmp_path / "proc_cgroup"
-    proc.write_text("4:cpu,cpuacct:/docker/abc\n")
+    proc.write_text(f"4:{mount}:/docker/abc\n3:memory:/docker/abc\n0::/\n")
     limit = cpu_sizing.cpu_limit(root, proc, affinity=lambda: 64)
     assert (limit.cpus, limit.source) == (4.0, "cgroup cfs quota")
-    (root / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")  # unlimited
+    (root / mount / "docker" / "abc" / "cpu.cfs_quota_us").write_text("-1\n")  # unlimited
     assert cpu_sizing.cpu_limit(root, proc, affinity=lambda: 64).cpus == 64.0
 
 
