@@ -1,12 +1,16 @@
 """The Python steps' parallelism sized to the CPUs the server may use (its cgroup's limit).
 
-A step whose config has a ``cpu_share`` parameter (the preprocess models: decode and resize are
-what the CPUs spend per image) gets, at start, one *worker* per CPU of its share of the
-container's CPUs:
+A step whose config has a ``cpu_share`` parameter (the preprocess models, whose decode and resize
+are what the CPUs spend per image, and the postprocess models) gets, at start, one *worker* per CPU
+of its share of the container's CPUs:
 
     workers   = ceil(cpus x cpu_share)           (at least 1)
     instances = min(workers, max_instances)      (each instance is a process: ~0.13 GiB)
     threads   = ceil(workers / instances)        (``decode_threads``: decode and resize in a pool)
+
+``decode_threads`` is written only into a step that declares it (the preprocess models, whose
+instances decode a batch's requests in a pool); another sized step (the postprocess models) gets
+its instances only, at most ``max_instances``.
 
 ``cpus`` is the container's CPU limit: cgroup v2 ``cpu.max`` (quota / period; the smallest along
 the cgroup's path), cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``, else the CPUs this
@@ -42,6 +46,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 SHARE_PARAMETER = "cpu_share"
 MAX_INSTANCES_PARAMETER = "max_instances"
 THREADS_PARAMETER = "decode_threads"
+# The parameters this module reads or writes: a step's own parameter checks leave them to it.
+PARAMETERS = (SHARE_PARAMETER, MAX_INSTANCES_PARAMETER, THREADS_PARAMETER)
 DEFAULT_MAX_INSTANCES = 8
 
 
@@ -62,9 +68,12 @@ class CpuLimit:
 class StepLayout:
     workers: int
     instances: int
-    threads: int
+    threads: int  # 1 for a step without decode threads
+    threaded: bool = True  # the step has decode threads (declares decode_threads)
 
     def __str__(self) -> str:
+        if not self.threaded:
+            return f"{self.instances} instance(s)"
         return f"{self.instances} instance(s) x {self.threads} decode thread(s)"
 
 
@@ -138,11 +147,12 @@ def cpu_limit(
     return cpus
 
 
-def step_layout(cpus: float, share: float, max_instances: int) -> StepLayout:
-    """One worker per CPU of the step's share, as few processes as ``max_instances`` allows."""
+def step_layout(cpus: float, share: float, max_instances: int, threaded: bool = True) -> StepLayout:
+    """One worker per CPU of the step's share, as few processes as ``max_instances`` allows (the rest as
+    threads when the step has decode threads)."""
     workers = max(1, math.ceil(cpus * share - 1e-9))
     instances = max(1, min(workers, max_instances))
-    return StepLayout(workers, instances, math.ceil(workers / instances))
+    return StepLayout(workers, instances, math.ceil(workers / instances) if threaded else 1, threaded)
 
 
 def _float(config: model_config_pb2.ModelConfig, key: str, where: Path) -> float:
@@ -165,7 +175,7 @@ def layout_for(config: model_config_pb2.ModelConfig, cpus: float, where: Path) -
         raise SizingError(f"{where}: parameter {MAX_INSTANCES_PARAMETER} must be at least 1, found {maximum}")
     if len(config.instance_group) != 1 or config.instance_group[0].kind != model_config_pb2.ModelInstanceGroup.KIND_CPU:
         raise SizingError(f"{where}: a step with {SHARE_PARAMETER} needs exactly one KIND_CPU instance_group")
-    return step_layout(cpus, share, maximum)
+    return step_layout(cpus, share, maximum, threaded=THREADS_PARAMETER in config.parameters)
 
 
 def sized_config_text(text: str, cpus: float, where: Path) -> tuple[str, StepLayout | None]:
@@ -175,7 +185,8 @@ def sized_config_text(text: str, cpus: float, where: Path) -> tuple[str, StepLay
     if chosen is None:
         return text, None
     config.instance_group[0].count = chosen.instances
-    config.parameters[THREADS_PARAMETER].string_value = str(chosen.threads)
+    if chosen.threaded:
+        config.parameters[THREADS_PARAMETER].string_value = str(chosen.threads)
     header = f"# Sized by vision_serving.cpu_sizing for {cpus:g} CPUs from {where}: {chosen}.\n"
     return header + text_format.MessageToString(config), chosen
 

@@ -347,6 +347,7 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
             "opencv_threads": "1",
             "cpu_share": "1.0",
             "max_instances": "8",
+            "decode_threads": "1",
         },
         drift=True,
     )
@@ -360,6 +361,8 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
             "max_detections": str(MAX_DETECTIONS),
             "class_agnostic": "false",
             "clip_to_image": "true",
+            "cpu_share": "0.5",
+            "max_instances": "8",
         },
         drift=True,
     )

@@ -1094,7 +1094,7 @@ def test_the_entry_script_passes_one_sized_model_repository_per_pipeline(tmp_pat
     assert all(pipeline.name in line for pipeline in PIPELINES)
     # One line per sized step, naming this machine's CPUs, and the view's configs say the same.
     sized = [line for line in lines if line.startswith("cpu_sizing: ")]
-    assert len(sized) == len(PIPELINES) and all("CPUs (" in line for line in sized), lines
+    assert len(sized) == 2 * len(PIPELINES) and all("CPUs (" in line for line in sized), lines  # preprocess, postprocess
     for pipeline in PIPELINES:
         config = model_config.load_config(tmp_path / "sized" / pipeline.name / pipeline.model_name("preprocess"))
         assert config.parameters["decode_threads"].string_value.isdigit()
@@ -1152,7 +1152,7 @@ def test_the_entry_script_sizes_to_a_real_cgroup_cpu_limit(tmp_path):
         completed = run_entry_script([f"{ROOT_FLAG}={layout.MODEL_REPOSITORY}", "--log-info=true"], tmp_path, CGROUP=str(group))
     assert completed.returncode == 0, completed.stderr
     sized = [line for line in completed.stderr.splitlines() if line.startswith("cpu_sizing: ")]
-    assert len(sized) == len(PIPELINES) and all("1 instance(s) x 1 decode thread(s) for 0.5 CPUs (cgroup " in line for line in sized), sized
+    assert len(sized) == 2 * len(PIPELINES) and all("1 instance(s)" in line and "for 0.5 CPUs (cgroup " in line for line in sized), sized
     for pipeline in PIPELINES:
         config = model_config.load_config(tmp_path / "sized" / pipeline.name / pipeline.model_name("preprocess"))
         assert config.instance_group[0].count == 1 and config.parameters["decode_threads"].string_value == "1"

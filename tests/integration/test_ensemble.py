@@ -177,9 +177,11 @@ def test_the_server_runs_each_preprocess_sized_to_its_cpus(triton_server, built_
     client = httpclient.InferenceServerClient(triton_server.http_url)
     cpus = cpu_sizing.cpu_limit().cpus
     for pipeline in layout.pipelines(built_repository):
-        shipped = model_config.load_config(pipeline.model_dir("preprocess"))
-        expected = cpu_sizing.layout_for(shipped, cpus, pipeline.model_dir("preprocess"))
-        assert expected is not None, f"{pipeline.name}: its preprocess has no cpu_share"
-        served = client.get_model_config(pipeline.model_name("preprocess"))
-        assert [group["count"] for group in served["instance_group"]] == [expected.instances]
-        assert served["parameters"]["decode_threads"]["string_value"] == str(expected.threads)
+        for step in ("preprocess", "postprocess"):
+            shipped = model_config.load_config(pipeline.model_dir(step))
+            expected = cpu_sizing.layout_for(shipped, cpus, pipeline.model_dir(step))
+            assert expected is not None, f"{pipeline.name}: its {step} has no cpu_share"
+            served = client.get_model_config(pipeline.model_name(step))
+            assert [group["count"] for group in served["instance_group"]] == [expected.instances]
+            if expected.threaded:
+                assert served["parameters"]["decode_threads"]["string_value"] == str(expected.threads)

@@ -43,7 +43,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from .. import drift
+from .. import cpu_sizing, drift
 from ..model_config import ConfigError, ModelConfig
 from .base import ClientReport, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report, per_image_option, rows
 from .classification import load_labels
@@ -100,8 +100,12 @@ class Settings:
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> Settings:
-        """The task's and the head's parameters (drift_* aside); unknown keys are errors."""
-        given = {key: value.string_value for key, value in config.parameters.items() if not key.startswith("drift_")}
+        """The task's and the head's parameters (drift_* and the CPU sizing's aside); unknown keys are errors."""
+        given = {
+            key: value.string_value
+            for key, value in config.parameters.items()
+            if not key.startswith("drift_") and key not in cpu_sizing.PARAMETERS
+        }
         if "head" not in given:
             raise ValueError(f"missing parameter 'head' (one of {', '.join(sorted(HEADS))})")
         head = head_class(given["head"])

@@ -86,20 +86,25 @@ def test_one_worker_per_cpu_of_the_share_in_at_most_max_instances_processes(cpus
     assert chosen.instances * chosen.threads >= chosen.workers
 
 
-def test_the_shipped_preprocess_configs_are_sized_to_themselves_on_two_cpus():
+@pytest.mark.parametrize("step", ["preprocess", "postprocess"])
+def test_the_shipped_configs_are_sized_to_themselves_on_two_cpus(step):
     for pipeline in layout.pipelines(MODEL_REPOSITORY):
-        path = pipeline.model_dir("preprocess") / "config.pbtxt"
-        shipped = model_config.parse_config_text(path.read_text())
+        path = pipeline.model_dir(step) / "config.pbtxt"
         text, chosen = cpu_sizing.sized_config_text(path.read_text(), 2.0, path)
-        sized = model_config.parse_config_text(text)
-        assert chosen is not None and sized.instance_group[0].count == shipped.instance_group[0].count == 2
-        assert sized.parameters["decode_threads"].string_value == "1"
-        del sized.parameters["decode_threads"]
-        assert sized == shipped  # nothing else changes
+        assert chosen is not None, f"{path}: not sized"
+        assert model_config.parse_config_text(text) == model_config.parse_config_text(path.read_text())  # nothing changes
+
+
+def test_a_step_without_decode_threads_gets_instances_only():
+    path = layout.pipeline("image_classifier").model_dir("postprocess") / "config.pbtxt"
+    text, chosen = cpu_sizing.sized_config_text(path.read_text(), 64.0, path)
+    assert chosen is not None and str(chosen) == "8 instance(s)"  # cpu_share 0.5 x 64 = 32 workers, at most 8
+    sized = model_config.parse_config_text(text)
+    assert sized.instance_group[0].count == 8 and "decode_threads" not in sized.parameters
 
 
 def test_a_config_without_a_share_is_left_as_it_is():
-    path = layout.pipeline("image_classifier").model_dir("postprocess") / "config.pbtxt"
+    path = layout.pipeline("image_classifier").model_dir("core") / "config.pbtxt"
     assert cpu_sizing.sized_config_text(path.read_text(), 32.0, path) == (path.read_text(), None)
 
 
@@ -121,7 +126,7 @@ def test_bad_sizing_parameters_are_refused_in_one_line(parameter, message):
 def test_the_sized_view_links_everything_and_rewrites_only_the_sized_configs(tmp_path):
     pipelines = layout.pipelines(MODEL_REPOSITORY)
     layouts = cpu_sizing.size_repository(pipelines, tmp_path / "view", 16.0)
-    assert set(layouts) == {pipeline.model_name("preprocess") for pipeline in pipelines}
+    assert set(layouts) == {pipeline.model_name(step) for pipeline in pipelines for step in ("preprocess", "postprocess")}
     for pipeline in pipelines:
         view = tmp_path / "view" / pipeline.name
         assert (view / "pipeline.toml").resolve() == (pipeline.repository / "pipeline.toml").resolve()
