@@ -49,6 +49,7 @@ THREADS_PARAMETER = "decode_threads"
 # The parameters this module reads or writes: a step's own parameter checks leave them to it.
 PARAMETERS = (SHARE_PARAMETER, MAX_INSTANCES_PARAMETER, THREADS_PARAMETER)
 DEFAULT_MAX_INSTANCES = 8
+VIEW_MARKER = ".sized-view"  # in a view's root: only such a folder is ever replaced
 
 
 class SizingError(ValueError):
@@ -221,8 +222,11 @@ def size_repository(pipelines: list[layout.Pipeline], out: Path, cpus: float) ->
     """Write the sized view of ``pipelines`` under ``out`` (replaced): one folder per pipeline, as
     :mod:`vision_serving.layout` lays them out. Returns each sized step's layout by model name."""
     if out.exists():
+        if not (out / VIEW_MARKER).is_file():
+            raise SizingError(f"{out} exists and is not a sized view (no {VIEW_MARKER}): choose an empty folder")
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    (out / VIEW_MARKER).write_text("A view of a model repository written by vision_serving.cpu_sizing; replaced at each start.\n")
     layouts: dict[str, StepLayout] = {}
     for pipeline in pipelines:
         view = out / pipeline.name

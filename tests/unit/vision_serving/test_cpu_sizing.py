@@ -136,3 +136,14 @@ def test_the_sized_view_links_everything_and_rewrites_only_the_sized_configs(tmp
         config = model_config.load_config(preprocess)
         assert config.instance_group[0].count == 8 and config.parameters["decode_threads"].string_value == "2"
     assert not list(MODEL_REPOSITORY.glob("*/*/config.pbtxt.*"))  # the repository itself is not written
+
+
+def test_a_folder_that_is_not_a_view_is_never_replaced(tmp_path):
+    pipelines = layout.pipelines(MODEL_REPOSITORY)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "precious.txt").write_text("keep")
+    with pytest.raises(cpu_sizing.SizingError, match="is not a sized view"):
+        cpu_sizing.size_repository(pipelines, tmp_path / "models", 2.0)
+    assert (tmp_path / "models" / "precious.txt").read_text() == "keep"
+    cpu_sizing.size_repository(pipelines, tmp_path / "view", 2.0)
+    cpu_sizing.size_repository(pipelines, tmp_path / "view", 4.0)  # a view is replaced at each start
