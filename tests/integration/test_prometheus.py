@@ -33,7 +33,7 @@ def poll(prometheus: LocalPrometheus, promql: str, timeout_s: float = 30.0) -> l
 
 def test_scrapes_a_real_tritonserver_with_target_labels_and_loads_the_alert_rules(triton_server, photo_bytes, tmp_path):
     classify_once(triton_server, photo_bytes["coffee"])
-    target = ScrapeTarget(f"localhost:{triton_server.metrics_port}", {"track": "stable"})
+    target = ScrapeTarget(f"localhost:{triton_server.metrics_port}", {"track": "stable", "namespace": "ns", "pod": "p1"})
     groups = alert_rule_groups(for_divisor=60)
     with LocalPrometheus([target], rule_groups=groups, workdir=tmp_path / "prometheus") as prometheus:
         prometheus.wait_until_scraped()
@@ -47,9 +47,13 @@ def test_scrapes_a_real_tritonserver_with_target_labels_and_loads_the_alert_rule
         # Every alert of the rule file is loaded and evaluates without error against real series.
         time.sleep(2.5)  # two evaluation rounds at 1 s
         rules = prometheus.rules()
-        alerts = {rule["alert"] for group in groups for rule in group["rules"] if "alert" in rule}
-        assert {rule["name"] for rule in rules} == alerts
+        names = {rule.get("alert", rule.get("record")) for group in groups for rule in group["rules"]}
+        assert {rule["name"] for rule in rules} == names
         assert all(rule["health"] == "ok" for rule in rules), [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
+        # The HPA's recorded metric, computed by the real Prometheus from the real server's counters.
+        (recorded,) = poll(prometheus, "pod:triton_step_queue_avg_us:max")
+        assert recorded["metric"] == {"__name__": "pod:triton_step_queue_avg_us:max", "namespace": "ns", "pod": "p1"}
+        assert float(recorded["value"][1]) >= 0
         # for: shortened 60x: 5m became 5 s.
         down = next(rule for rule in rules if rule["name"] == "ImageClassifierDown")
         assert down["duration"] == 5
