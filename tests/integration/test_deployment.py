@@ -1313,7 +1313,16 @@ class EntryScriptServer(LocalTritonServer):
         (self.bin_dir / "tritonserver").symlink_to(binary)
         arguments = [a for a in arguments if not a.startswith("--model-repository=")]
         path = f"{self.bin_dir}:{server_environment()['PATH']}"
-        return ["env", f"PATH={path}", "bash", str(ENTRY_SCRIPT), f"{ROOT_FLAG}={self.model_repository}", *arguments]
+        sized = self.bin_dir / "sized-models"  # this test's own, not the image's /tmp/sized-models
+        return [
+            "env",
+            f"PATH={path}",
+            f"SIZED_MODELS_DIR={sized}",
+            "bash",
+            str(ENTRY_SCRIPT),
+            f"{ROOT_FLAG}={self.model_repository}",
+            *arguments,
+        ]
 
 
 @pytest.fixture(scope="module")
