@@ -1,7 +1,7 @@
 """Promote or roll back a canary by comparing it with the stable track in Prometheus.
 
     python -m devtools.canary --prometheus http://prometheus:9090 --pipeline image_classifier
-                              [--track-label track] [--selector 'namespace="image-classifier"']
+                              [--track-label track] [--selector 'namespace="vision-serving"']
                               [--window 5m] [--min-requests 200] [--max-error-rate-delta 0.005]
                               [--max-p95-ratio 1.5] [--drift-p-value 0.01]
                               [--apply none|nginx|kubectl] [--yes] [--json]
@@ -258,15 +258,15 @@ def fetch(base_url: str, pipeline: str, track_label: str = "track", window: str 
 
 @dataclass(frozen=True)
 class KubernetesTarget:
-    namespace: str = "image-classifier"
-    routes: tuple[str, ...] = ("grpcroute/image-classifier", "httproute/image-classifier")
+    namespace: str = "vision-serving"
+    routes: tuple[str, ...] = ("grpcroute/vision-serving", "httproute/vision-serving")
     rule_index: int = 0
-    stable_service: str = "image-classifier"
-    canary_service: str = "image-classifier-canary"
+    stable_service: str = "vision-serving"
+    canary_service: str = "vision-serving-canary"
     stable_ref_index: int = 0
     canary_ref_index: int = 1
-    stable_deployment: str = "image-classifier"
-    canary_deployment: str = "image-classifier-canary"
+    stable_deployment: str = "vision-serving"
+    canary_deployment: str = "vision-serving-canary"
     images: tuple[str, ...] = ()  # CONTAINER=IMAGE for the stable Deployment on promotion
 
 
@@ -363,7 +363,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--prometheus", required=True, help="Prometheus base URL, e.g. http://localhost:9090")
     parser.add_argument("--pipeline", required=True, help="the pipeline (its ensemble is the model of that name)")
     parser.add_argument("--track-label", default="track", help="the label whose value is stable or canary (default: track)")
-    parser.add_argument("--selector", default="", help='extra PromQL matchers for every series, e.g. namespace="image-classifier"')
+    parser.add_argument("--selector", default="", help='extra PromQL matchers for every series, e.g. namespace="vision-serving"')
     parser.add_argument("--window", type=_window, default="5m", help="the range compared (default: 5m)")
     defaults = Thresholds()
     parser.add_argument("--min-requests", type=int, default=defaults.min_requests, help="canary requests needed before PROMOTE")

@@ -10,7 +10,7 @@
 
 It runs the `prometheus` binary of the Debian package (2.42; `scripts/system-packages.sh`
 installs it, with `promtool`) with a generated configuration: one static scrape config per
-target, every target labelled ``service="image-classifier-metrics"`` (the label the rule
+target, every target labelled ``service="vision-serving-metrics"`` (the label the rule
 file scopes every expression to, which the ServiceMonitor's Service gives in a cluster)
 plus the target's own labels; scrape and rule evaluation every second by default; TSDB in
 a temporary folder removed on stop().
@@ -49,7 +49,7 @@ from vision_serving import layout
 # The label every alert expression selects on (k8s/prometheusrule.yaml's header): in a cluster
 # the ServiceMonitor's Service adds it; here every scrape target gets it.
 SERVICE_LABEL = "service"
-SERVICE = "image-classifier-metrics"
+SERVICE = "vision-serving-metrics"
 INSTALL_HINT = "install the Debian package prometheus (it ships promtool); ./scripts/system-packages.sh does, as root"
 
 

@@ -11,7 +11,7 @@
 set -euo pipefail
 repository="${1:-/models}"
 shift || true
-cache_dir="${PLAN_CACHE_DIR:-/opt/image-classifier/.build/plans}"
+cache_dir="${PLAN_CACHE_DIR:-/opt/vision-serving/.build/plans}"
 
 pipelines=()
 shopt -s nullglob
@@ -29,7 +29,7 @@ echo "build_artifacts: pipelines in $repository: ${pipelines[*]}" >&2
 # The build environments made in the image (docker/builder.Dockerfile: /opt/build-envs/<name>),
 # linked where builders/build_envs.py looks (.build/envs/<name>); .build may be a volume
 # from an older image, so a stale environment there is replaced by the image's.
-envs_dir="${BUILD_ENVS_DIR:-/opt/image-classifier/.build/envs}"
+envs_dir="${BUILD_ENVS_DIR:-/opt/vision-serving/.build/envs}"
 for baked in "${BAKED_ENVS_DIR:-/opt/build-envs}"/*/; do
     [[ -d "$baked" ]] || continue
     baked="${baked%/}"

@@ -6,7 +6,7 @@
 # (docker/build_artifacts.sh), and writes the ONNX files, the plans and their
 # provenance into /models.
 #
-#   docker build -f docker/builder.Dockerfile --build-arg TRITON_RELEASE=26.11 -t image-classifier/builder:26.11-0.1.0 .
+#   docker build -f docker/builder.Dockerfile --build-arg TRITON_RELEASE=26.11 -t vision-serving/builder:26.11-0.1.0 .
 #
 # TRITON_RELEASE comes from versions.env (asserted equal to the default below).
 ARG TRITON_RELEASE=26.11
@@ -30,7 +30,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # Ubuntu's PEP 668 marker is not in the way.
 RUN python3 -m venv --without-pip --system-site-packages /opt/venv
 
-WORKDIR /opt/image-classifier
+WORKDIR /opt/vision-serving
 COPY requirements/ requirements/
 # torch first: the CPU wheel (export and calibration run on CPU; the GPU is TensorRT's)
 # from TORCH_INDEX_URL, at the version requirements/builder.in pins, alone (--no-deps).
@@ -73,7 +73,7 @@ COPY docker/build_artifacts.sh docker/build_artifacts.sh
 RUN mkdir -p .build && chmod 0777 .build
 
 ENV PATH=/opt/venv/bin:${PATH} \
-    PYTHONPATH=/opt/image-classifier \
+    PYTHONPATH=/opt/vision-serving \
     HOME=/tmp
 
 # Runs as any UID: docker/compose.yaml passes the host user so files written to

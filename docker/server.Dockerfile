@@ -1,7 +1,7 @@
 # The serving image: NVIDIA's Triton server plus this repository's serving
 # library (vision_serving) for the Python-backend preprocess/postprocess models.
 #
-#   docker build -f docker/server.Dockerfile --build-arg TRITON_RELEASE=26.11 -t image-classifier/triton-server:26.11-0.1.0 .
+#   docker build -f docker/server.Dockerfile --build-arg TRITON_RELEASE=26.11 -t vision-serving/triton-server:26.11-0.1.0 .
 #
 # The model repository is NOT in the image: mount it at /models (docker/compose.yaml,
 # k8s/). It holds one folder per pipeline (a folder with a pipeline.toml), each a
@@ -34,7 +34,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # ensurepip; the system pip installs into the venv with --python.
 RUN python3 -m venv --without-pip /opt/venv
 
-WORKDIR /opt/image-classifier
+WORKDIR /opt/vision-serving
 # requirements/image.txt: the lock of requirements/image.in, resolved for this image's
 # Python 3.12 on manylinux_2_28 x86_64 (python -m devtools.lock), every package pinned
 # and hashed, installed from wheels only; tests/integration/test_dependencies.py
@@ -56,12 +56,12 @@ COPY pyproject.toml README.md ./
 COPY vision_serving vision_serving
 COPY builders builders
 RUN python3 -m pip --python /opt/venv/bin/python install --no-compile --no-deps . \
-    && rm -rf /opt/image-classifier/build /opt/image-classifier/*.egg-info
+    && rm -rf /opt/vision-serving/build /opt/vision-serving/*.egg-info
 
 # Fail the build, in one line, when the builder image's TensorRT is not this image's libnvinfer release.
-COPY --from=builder-tensorrt /builder-tensorrt-version /opt/image-classifier/builder-tensorrt-version
+COPY --from=builder-tensorrt /builder-tensorrt-version /opt/vision-serving/builder-tensorrt-version
 RUN /opt/venv/bin/python -m builders.tensorrt_engine same-tensorrt \
-        --builder-version "$(cat /opt/image-classifier/builder-tensorrt-version)"
+        --builder-version "$(cat /opt/vision-serving/builder-tensorrt-version)"
 
 # One --model-repository per <root>/<pipeline>/pipeline.toml, then exec tritonserver.
 COPY --chmod=0755 docker/tritonserver-pipelines.sh /usr/local/bin/tritonserver-pipelines

@@ -481,8 +481,8 @@ def test_ports_agree_between_server_manifests_and_compose(objects, triton, compo
         for port in service["spec"]["ports"]:
             target = port["targetPort"]
             assert ports.get(target, target) == port["port"] and port["name"] == target, f"{service['metadata']['name']}: {port}"
-    assert {p["name"] for p in find(objects, "Service", "image-classifier")["spec"]["ports"]} == {"http", "grpc"}
-    assert {p["name"] for p in find(objects, "Service", "image-classifier-metrics")["spec"]["ports"]} == {"metrics"}
+    assert {p["name"] for p in find(objects, "Service", "vision-serving")["spec"]["ports"]} == {"http", "grpc"}
+    assert {p["name"] for p in find(objects, "Service", "vision-serving-metrics")["spec"]["ports"]} == {"metrics"}
     (endpoint,) = find(objects, "ServiceMonitor")["spec"]["endpoints"]
     assert endpoint["port"] == "metrics"
     policy_ports = {p["port"] for rule in find(objects, "NetworkPolicy")["spec"]["ingress"] for p in rule["ports"]}
@@ -597,7 +597,7 @@ def test_the_models_come_from_the_model_image(pod_spec):
     """The first init container copies the model image's repository (docker/models.Dockerfile's
     COPY destination) into the pod's /models; nothing of the models is on the PVC any more."""
     models = pod_spec["initContainers"][0]
-    assert models["name"] == "models" and models["image"].split(":")[0] == "image-classifier/models"
+    assert models["name"] == "models" and models["image"].split(":")[0] == "vision-serving/models"
     assert models["command"] == ["cp", "-R", "/model_repository/.", "/models/"]
     (mount,) = models["volumeMounts"]
     assert mount["mountPath"] == "/models" and not mount.get("readOnly")
@@ -736,7 +736,7 @@ def test_hpa_scales_on_the_worst_step_recorded_by_the_prometheus_rule(objects, t
     assert metric["type"] == "Pods"
     assert {"scaleUp", "scaleDown"} <= set(hpa["spec"]["behavior"])
     assert hpa["spec"]["scaleTargetRef"]["name"] == find(objects, "Deployment")["metadata"]["name"]
-    config = find(objects, "ConfigMap", "prometheus-adapter-image-classifier")["data"]["config.yaml"]
+    config = find(objects, "ConfigMap", "prometheus-adapter-vision-serving")["data"]["config.yaml"]
     path = tmp_path / "adapter.yaml"
     path.write_text(config)
     (adapter,) = load_yaml(tools, path)
@@ -783,7 +783,7 @@ def test_alerts_cover_the_thresholds_and_have_runbooks(objects):
 def test_alerts_cover_every_pipeline_by_model(objects):
     """No pipeline named: ensembles and steps are selected by suffix, and each alert that is
     about a model keeps the `model` label (the pipeline, or <pipeline>_<step>) in its result."""
-    by_name = {rule["alert"].removeprefix("ImageClassifier"): rule for rule in alert_rules(objects)}
+    by_name = {rule["alert"].removeprefix("VisionServing"): rule for rule in alert_rules(objects)}
     success = " ".join(by_name["SuccessRateLow"]["expr"].split())
     assert success.count(ENSEMBLE_SELECTOR) == 3 and success.count("sum by (model)") == 3
     assert "{{ $labels.model }}" in by_name["SuccessRateLow"]["annotations"]["summary"]
@@ -797,7 +797,7 @@ def test_alerts_cover_every_pipeline_by_model(objects):
 
 
 def dashboard(objects) -> dict[str, Any]:
-    return json.loads(find(objects, "ConfigMap", "image-classifier-dashboard")["data"]["image-classifier.json"])
+    return json.loads(find(objects, "ConfigMap", "vision-serving-dashboard")["data"]["vision-serving.json"])
 
 
 def dashboard_expressions(board: dict[str, Any]) -> list[str]:
@@ -848,7 +848,7 @@ def test_dashboard_shows_every_step_of_every_pipeline(objects):
 
 def used_metric_names(objects) -> set[str]:
     texts = [r["expr"] for r in prometheus_rules(objects)]
-    texts.append(find(objects, "ConfigMap", "prometheus-adapter-image-classifier")["data"]["config.yaml"])
+    texts.append(find(objects, "ConfigMap", "prometheus-adapter-vision-serving")["data"]["config.yaml"])
     board = dashboard(objects)
     texts += dashboard_expressions(board)
     texts += [v["definition"] for v in board["templating"]["list"] if "definition" in v]
@@ -876,7 +876,7 @@ def test_routes_balance_per_request_through_the_gateway(objects, triton):
     gateway = find(objects, "Gateway")
     listeners = {listener["name"]: listener for listener in gateway["spec"]["listeners"]}
     container_ports = {p["name"]: p["containerPort"] for p in triton["ports"]}
-    service = find(objects, "Service", "image-classifier")
+    service = find(objects, "Service", "vision-serving")
     assert service["spec"]["type"] == "ClusterIP"
     service_ports = {p["name"]: p for p in service["spec"]["ports"]}
     for kind, port_name in ROUTE_PORTS.items():
@@ -887,7 +887,7 @@ def test_routes_balance_per_request_through_the_gateway(objects, triton):
         assert listener["protocol"] == "HTTP" and listener["port"] == container_ports[port_name], kind
         assert listener["allowedRoutes"]["kinds"] == [{"group": "gateway.networking.k8s.io", "kind": kind}]
         (backend,) = route_backends(route)
-        assert backend["name"] == "image-classifier" and backend["port"] == service_ports[port_name]["port"], kind
+        assert backend["name"] == "vision-serving" and backend["port"] == service_ports[port_name]["port"], kind
         assert backend.get("weight", 1) > 0
     # gRPC to the pods is HTTP/2 with prior knowledge (Gateway API's appProtocol for it).
     assert service_ports["grpc"]["appProtocol"] == "kubernetes.io/h2c"
@@ -916,12 +916,12 @@ def test_stable_track_selectors(objects):
     deployment = find(objects, "Deployment")
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector["track"] == "stable" and labels_match(selector, deployment["spec"]["template"]["metadata"]["labels"])
-    assert find(objects, "Service", "image-classifier")["spec"]["selector"] == selector
+    assert find(objects, "Service", "vision-serving")["spec"]["selector"] == selector
     assert find(objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == selector
     assert find(objects, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
     every_track = {k: v for k, v in selector.items() if k != "track"}
     assert find(objects, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"] == every_track
-    metrics = find(objects, "Service", "image-classifier-metrics")
+    metrics = find(objects, "Service", "vision-serving-metrics")
     assert metrics["spec"]["selector"] == every_track
     monitor = find(objects, "ServiceMonitor")
     assert labels_match(monitor["spec"]["selector"]["matchLabels"], metrics["metadata"]["labels"])
@@ -939,12 +939,12 @@ def test_the_canary_overlay_validates(canary_manifests):
     assert not problems, "\n".join(f"{r['kind']}/{r['name']}: {r['status']}: {r['detail']}" for r in problems)
     rendered = sorted((r["kind"], r["name"]) for r in canary_manifests["results"])
     assert rendered == [
-        ("Deployment", "image-classifier-canary"),
-        ("GRPCRoute", "image-classifier"),
-        ("HTTPRoute", "image-classifier"),
-        ("Service", "image-classifier-canary"),
+        ("Deployment", "vision-serving-canary"),
+        ("GRPCRoute", "vision-serving"),
+        ("HTTPRoute", "vision-serving"),
+        ("Service", "vision-serving-canary"),
     ], "weights.yaml is local-config: never applied"
-    assert {o["metadata"]["namespace"] for o in canary_manifests["objects"]} == {"image-classifier"}
+    assert {o["metadata"]["namespace"] for o in canary_manifests["objects"]} == {"vision-serving"}
 
 
 def test_checkov_passes_on_the_canary_cluster(tools, canary_cluster, tmp_path):
@@ -960,7 +960,7 @@ def test_canary_routes_split_by_the_weights(canary_cluster):
     from devtools.canary import KubernetesTarget
 
     target = KubernetesTarget()
-    assert sorted(target.routes) == sorted(f"{kind.lower()}/image-classifier" for kind in ROUTE_PORTS)
+    assert sorted(target.routes) == sorted(f"{kind.lower()}/vision-serving" for kind in ROUTE_PORTS)
     weights = [route_backends(find(canary_cluster, kind)) for kind in ROUTE_PORTS]
     for kind, backends in zip(ROUTE_PORTS, weights, strict=True):
         assert target.rule_index == 0 and len(find(canary_cluster, kind)["spec"]["rules"]) == 1
@@ -982,8 +982,8 @@ def test_each_track_has_its_deployment_and_service(canary_cluster):
     deployments = {d["metadata"]["labels"]["track"]: d for d in canary_cluster if d["kind"] == "Deployment"}
     assert set(deployments) == set(TRACKS)
     services = {
-        "stable": find(canary_cluster, "Service", "image-classifier"),
-        "canary": find(canary_cluster, "Service", "image-classifier-canary"),
+        "stable": find(canary_cluster, "Service", "vision-serving"),
+        "canary": find(canary_cluster, "Service", "vision-serving-canary"),
     }
     for track in TRACKS:
         template = deployments[track]["spec"]["template"]["metadata"]["labels"]
@@ -993,7 +993,7 @@ def test_each_track_has_its_deployment_and_service(canary_cluster):
             owns = labels_match(deployments[other]["spec"]["selector"]["matchLabels"], template)
             assert selects == owns == (other == track), f"{other} selects {track} pods: {selects}, {owns}"
         # Every track is scraped (metrics Service), admitted by the NetworkPolicy, spread with the others.
-        assert labels_match(find(canary_cluster, "Service", "image-classifier-metrics")["spec"]["selector"], template)
+        assert labels_match(find(canary_cluster, "Service", "vision-serving-metrics")["spec"]["selector"], template)
         assert labels_match(find(canary_cluster, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"], template)
     budget = find(canary_cluster, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"]
     assert labels_match(budget, deployments["stable"]["spec"]["template"]["metadata"]["labels"])
@@ -1006,8 +1006,8 @@ def test_each_track_has_its_deployment_and_service(canary_cluster):
 def test_the_canary_runs_the_stable_server_with_the_candidate_models(canary_cluster):
     """The canary Deployment is the stable one (same file) but for its name, track, replicas and the
     model image: the same server and builder images, a different model image."""
-    stable = find(canary_cluster, "Deployment", "image-classifier")
-    canary = find(canary_cluster, "Deployment", "image-classifier-canary")
+    stable = find(canary_cluster, "Deployment", "vision-serving")
+    canary = find(canary_cluster, "Deployment", "vision-serving-canary")
 
     def images(deployment: dict[str, Any]) -> dict[str, str]:
         spec = deployment["spec"]["template"]["spec"]
@@ -1030,12 +1030,12 @@ def deployment_files() -> list[Path]:
 
 def test_nothing_in_docker_or_k8s_names_a_pipeline():
     """A pipeline added with `builders new-pipeline` must need no change here: no file names
-    one of today's pipelines or their models (image-classifier with a hyphen is the project)."""
+    one of today's pipelines or their models (vision-serving with a hyphen is the project)."""
     names = {pipeline.name for pipeline in PIPELINES} | {"image_classifier", "person_segmenter", "face_detector"}
     assert {"image_classifier", "person_segmenter"} <= {pipeline.name for pipeline in PIPELINES}
     pattern = re.compile("|".join(sorted(map(re.escape, names))), re.IGNORECASE)
     files = deployment_files()
-    assert {ENTRY_SCRIPT, BUILD_SCRIPT, K8S / "server" / "deployment.yaml", K8S / "dashboards" / "image-classifier.json"} <= set(files)
+    assert {ENTRY_SCRIPT, BUILD_SCRIPT, K8S / "server" / "deployment.yaml", K8S / "dashboards" / "vision-serving.json"} <= set(files)
     assert CANARY / "kustomization.yaml" in files
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
@@ -1293,7 +1293,7 @@ def test_the_builder_image_bakes_its_build_environments():
     assert f"/{build_envs.STAMP_NAME}" in text and 'sha256sum "requirements/${name}.txt"' in text
     assert "/opt/build-envs/${name}" in text and "/opt/build-envs" in BUILD_SCRIPT.read_text()
     assert str(build_envs.ENVS_DIR.relative_to(build_envs.ROOT)) == ".build/envs"
-    assert "/opt/image-classifier/.build/envs" in BUILD_SCRIPT.read_text()
+    assert "/opt/vision-serving/.build/envs" in BUILD_SCRIPT.read_text()
 
 
 # --------------------------------------------------------------------------- the real local server with the production flags

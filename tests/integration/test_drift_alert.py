@@ -1,6 +1,6 @@
 """End to end: a real tritonserver's drift metrics, scraped by a real Prometheus evaluating the real
 alert rules (k8s/prometheusrule.yaml, every `for:` divided by FOR_DIVISOR), raise
-ImageClassifierFeatureDrift when the photos turn into night-camera frames, and not before.
+VisionServingFeatureDrift when the photos turn into night-camera frames, and not before.
 
 The server serves a copy of the built image_classifier pipeline with its own configs (drift_window,
 drift_min_samples, drift_update_every as committed). In-distribution traffic is the images the drift
@@ -32,7 +32,7 @@ from vision_serving import drift, layout, model_config
 pytestmark = pytest.mark.integration
 
 PIPELINE = CLASSIFIER
-ALERT = "ImageClassifierFeatureDrift"
+ALERT = "VisionServingFeatureDrift"
 FOR_DIVISOR = 60  # 15 minutes of `for:` become 15 s
 CONCURRENCY = 4
 ALERT_TIMEOUT_S = 120.0

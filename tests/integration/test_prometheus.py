@@ -55,9 +55,9 @@ def test_scrapes_a_real_tritonserver_with_target_labels_and_loads_the_alert_rule
         assert recorded["metric"] == {"__name__": "pod:triton_step_queue_avg_us:max", "namespace": "ns", "pod": "p1"}
         assert float(recorded["value"][1]) >= 0
         # for: shortened 60x: 5m became 5 s.
-        down = next(rule for rule in rules if rule["name"] == "ImageClassifierDown")
+        down = next(rule for rule in rules if rule["name"] == "VisionServingDown")
         assert down["duration"] == 5
-        assert not [a for a in prometheus.alerts() if a["labels"]["alertname"] == "ImageClassifierDown"]
+        assert not [a for a in prometheus.alerts() if a["labels"]["alertname"] == "VisionServingDown"]
         with pytest.raises(PrometheusError, match="bad_data"):
             prometheus.query("sum(")
     assert prometheus.process is not None and prometheus.process.poll() is not None

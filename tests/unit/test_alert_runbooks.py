@@ -34,7 +34,7 @@ def runbook_anchors() -> list[str]:
 
 
 def test_github_anchor():
-    assert github_anchor("ImageClassifierDown") == "imageclassifierdown"
+    assert github_anchor("VisionServingDown") == "visionservingdown"
     assert github_anchor("Queue p95: high (steps)") == "queue-p95-high-steps"
 
 

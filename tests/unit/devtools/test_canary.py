@@ -110,15 +110,15 @@ def test_kubectl_rollback_patches_every_route_after_testing_the_backend_names_th
         {"op": "replace", "path": "/spec/rules/0/backendRefs/0/weight", "value": 100},
         {"op": "replace", "path": "/spec/rules/0/backendRefs/1/weight", "value": 0},
     ]
-    assert commands[-1] == ["kubectl", "-n", "ns", "delete", "deployment/image-classifier-canary", "--ignore-not-found"]
+    assert commands[-1] == ["kubectl", "-n", "ns", "delete", "deployment/vision-serving-canary", "--ignore-not-found"]
     assert canary.kubectl_commands("WAIT", target) == []
 
 
 def test_kubectl_promote_sets_the_stable_images_and_waits_for_the_rollout_first():
     target = KubernetesTarget(images=("triton=registry/server:2",), stable_deployment="web", canary_deployment="web-canary")
     commands = canary.kubectl_commands("PROMOTE", target)
-    assert commands[0] == ["kubectl", "-n", "image-classifier", "set", "image", "deployment/web", "triton=registry/server:2"]
-    assert commands[1] == ["kubectl", "-n", "image-classifier", "rollout", "status", "deployment/web", "--timeout=15m"]
+    assert commands[0] == ["kubectl", "-n", "vision-serving", "set", "image", "deployment/web", "triton=registry/server:2"]
+    assert commands[1] == ["kubectl", "-n", "vision-serving", "rollout", "status", "deployment/web", "--timeout=15m"]
     assert [command[3] for command in commands[2:]] == ["patch", "patch", "delete"]
     with pytest.raises(canary.CanaryError, match="--image"):
         canary.kubectl_commands("PROMOTE", KubernetesTarget())
@@ -126,7 +126,7 @@ def test_kubectl_promote_sets_the_stable_images_and_waits_for_the_rollout_first(
 
 def test_printed_commands_are_shell_quoted():
     lines = canary.apply_kubectl("ROLLBACK", KubernetesTarget(), run=False)
-    assert lines[0].startswith("kubectl -n image-classifier patch grpcroute/image-classifier --type=json -p '[{")
+    assert lines[0].startswith("kubectl -n vision-serving patch grpcroute/vision-serving --type=json -p '[{")
 
 
 def test_bad_arguments_exit_2(capsys):
