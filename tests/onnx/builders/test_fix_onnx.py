@@ -107,7 +107,7 @@ def test_cli_check_and_fix_default_to_the_core_model(tmp_path: Path, capsys: pyt
 
 @pytest.fixture(scope="module")
 def legacy_model() -> onnx.ModelProto:
-    from builders.legacy_export import export_legacy_onnx
+    from tests.support.legacy_export import export_legacy_onnx
 
     return export_legacy_onnx()
 

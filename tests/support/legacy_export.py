@@ -9,8 +9,8 @@ TF-"SAME" padding subgraph per padded convolution::
 with pads computed by ops at run time, and a dynamic batch dimension. This is
 what ``python -m builders check`` flags and ``python -m builders fix`` folds
 into static ``Conv`` pads. The production export (:mod:`builders.export_onnx`,
-dynamo) does not produce this; the function here exists to exercise and test
-the surgery on a real model.
+dynamo) does not produce this; the tests use this export to exercise the
+surgery on a real model (``tests/onnx/builders/test_fix_onnx.py``).
 """
 
 from __future__ import annotations
