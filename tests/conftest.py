@@ -1,7 +1,17 @@
-"""Shared fixtures: real photos, and a real tritonserver on free ports."""
+"""Shared fixtures (real photos, the built repository, the shared tritonserver) and the tiers.
+
+Each test gets the marker of its folder (``tests/unit`` -> ``unit``, ``tests/onnx`` -> ``onnx``,
+``tests/deploy`` -> ``deploy``, ``tests/integration`` -> ``integration``, ``tests/gpu`` -> ``gpu``),
+so ``-m`` and a folder select the same tests. At the end of a run the summary counts the
+tritonserver processes the run started and which test file started each.
+"""
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,6 +19,92 @@ import pytest
 from builders import photos
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "onnx", "deploy", "integration", "gpu")
+# The deployment fixtures (rendered manifests, the Deployment's container), for tests/deploy and tests/integration.
+pytest_plugins = ("tests.support.deployment",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = Path(item.path).resolve().relative_to(TESTS).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(getattr(pytest.mark, tier))
+
+
+class ServerStarts:
+    """Every tritonserver process started during the run, found by polling /proc (it sees the ones
+    ``./scripts/serve`` or the entry script start in a subprocess too), with the test that ran then."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.by_file: Counter[str] = Counter()
+        self.current = "(collection)"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="tritonserver-starts", daemon=True)
+
+    def start(self) -> None:
+        self.seen = self._running()  # servers that were running before this run are not its own
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _running(self) -> set[int]:
+        found = set()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                    program = cmdline.read().split(b"\0", 1)[0]
+            except OSError:
+                continue
+            if program.endswith(b"/tritonserver") and self._started_by_this_run(int(entry.name)):
+                found.add(int(entry.name))
+        return found
+
+    @staticmethod
+    def _started_by_this_run(pid: int) -> bool:
+        """Whether this pytest process is an ancestor of ``pid`` (other runs' servers are not counted)."""
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    pid = int(stat.read().rsplit(")", 1)[1].split()[1])  # the parent's pid
+            except (OSError, ValueError, IndexError):
+                return False
+        return False
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.5):
+            for pid in self._running() - self.seen:
+                self.seen.add(pid)
+                self.by_file[self.current] += 1
+
+
+SERVER_STARTS = ServerStarts()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.path.isdir("/proc"):
+        SERVER_STARTS.start()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    SERVER_STARTS.current = item.nodeid.split("::", 1)[0]
+    return (yield)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    SERVER_STARTS.stop()
+    starts = sum(SERVER_STARTS.by_file.values())
+    files = ", ".join(f"{name} {count}" for name, count in sorted(SERVER_STARTS.by_file.items()))
+    terminalreporter.write_line(f"tritonserver starts: {starts}" + (f" ({files})" if files else ""))
 
 
 @pytest.fixture(scope="session")

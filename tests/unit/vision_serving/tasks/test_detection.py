@@ -1,7 +1,7 @@
 """The detection task: heads (yolo, yolo_v5, end2end, mediapipe_ssd), hard NMS, the map back to the photo, outputs, gate, dataset.
 
 Raw outputs are synthetic and small, so each test states the arithmetic it expects. Parity with
-Ultralytics' predictor on a trained model is tests/integration/test_yolo_pipelines.py's, with
+Ultralytics' predictor on a trained model is tests/integration/test_bring_your_own_model.py's, with
 MediaPipe's runtime tests/integration/test_face_detector.py's.
 """
 

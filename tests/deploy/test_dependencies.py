@@ -4,7 +4,8 @@ from PyPI alone: `pip download --only-binary=:all: --require-hashes` of requirem
 pip runs --isolated with PIP_* unset and --index-url https://pypi.org/simple, so this machine's extra
 indexes and wheel directory (pip.conf, PIP_FIND_LINKS) cannot make it pass where PyPI would fail.
 The wheels are kept in .build/dependency-check/image so a rerun only checks them (pip re-verifies the
-hash of every kept file); needs network access to PyPI, like the first bootstrap.
+hash of every kept file); needs network access to PyPI, like the first bootstrap: marked ``network``
+(``./scripts/test -m "not network"`` leaves it out).
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from devtools import lock
 from vision_serving import layout
 
 DOWNLOADS = layout.BUILD_DIR / "dependency-check"
+
+pytestmark = pytest.mark.network
 
 
 def manylinux_platforms(glibc_minor: int) -> list[str]:

@@ -1,0 +1,302 @@
+"""What the deployment tests share (tests/deploy/test_deployment.py offline, tests/integration/
+test_deployment.py on the real server): the paths, the deploy-check tools' venv, the rendered and
+validated manifests as fixtures (registered by tests/conftest.py), and readers of their parts.
+
+The tools run from their own venv, .build/deploy-check/ (requirements/deploy-check.txt),
+created here when missing or stale: checkov's pins conflict with .venv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vision_serving import layout
+
+ROOT = layout.REPOSITORY_ROOT
+
+
+K8S = ROOT / "k8s"
+
+
+DOCKER = ROOT / "docker"
+
+
+DOCKERFILES = {"server": DOCKER / "server.Dockerfile", "builder": DOCKER / "builder.Dockerfile"}
+
+
+MODELS_DOCKERFILE = DOCKER / "models.Dockerfile"
+
+
+CANARY = K8S / "overlays" / "canary"
+
+
+DEPLOY_ENV = ROOT / ".build" / "deploy-check"
+
+
+DEPLOY_REQUIREMENTS = ROOT / "requirements" / "deploy-check.txt"
+
+
+VALIDATE = ROOT / "tests" / "deploy" / "validate.py"
+
+
+ENTRY_SCRIPT = DOCKER / "tritonserver-pipelines.sh"
+
+
+BUILD_SCRIPT = DOCKER / "build_artifacts.sh"
+
+
+ENTRY_COMMAND = "tritonserver-pipelines"  # where server.Dockerfile installs ENTRY_SCRIPT
+
+
+LIVENESS_SCRIPT = DOCKER / "triton-liveness.sh"
+
+
+LIVENESS_COMMAND = "triton-liveness"  # where server.Dockerfile installs LIVENESS_SCRIPT
+
+
+ROOT_FLAG = "--pipelines-root"  # the entry script's own flag; never passed to tritonserver
+
+
+K8S_VERSION = "1.35.0"
+
+
+PIPELINES = layout.pipelines(layout.MODEL_REPOSITORY)
+
+
+STEPS = tuple(pipeline.model_name(role) for pipeline in PIPELINES for role in layout.ROLES)
+
+
+# The monitoring selects models by their role suffix (<pipeline>_<role>), never by pipeline.
+STEP_SELECTOR = 'model=~".+_(preprocess|core|postprocess)"'
+
+
+CORE_SELECTOR = 'model=~".+_core"'
+
+
+ENSEMBLE_SELECTOR = 'model!~".+_(preprocess|core|postprocess)"'
+
+
+# Metric names only a GPU build of Triton exports (Triton's DCGM-based GPU metrics) and
+# Prometheus' own series: the local CPU server cannot show them.
+GPU_ONLY_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes"}
+
+
+PROMETHEUS_BUILTINS = {"up"}
+
+
+EXPECTED_CRDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("gateway.networking.k8s.io/v1", "Gateway"),
+    ("gateway.networking.k8s.io/v1", "GRPCRoute"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+}
+
+
+TRACKS = ("stable", "canary")
+
+
+ADMIN_KEY = "test-admin-key"
+
+
+DRIFT_BATCH = 8  # images per request while filling the drift windows (every ensemble takes at least 16)
+
+
+def ensure_deploy_env() -> Path:
+    """.build/deploy-check with requirements/deploy-check.txt installed (reinstalled when the file changes)."""
+    stamp = DEPLOY_ENV / ".requirements.sha256"
+    want = hashlib.sha256(DEPLOY_REQUIREMENTS.read_bytes()).hexdigest()
+    python = DEPLOY_ENV / "bin" / "python"
+    if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
+        return DEPLOY_ENV / "bin"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--clear", str(DEPLOY_ENV)], check=True, capture_output=True)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(DEPLOY_REQUIREMENTS)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    if install.returncode != 0:
+        pytest.fail(f"could not install requirements/deploy-check.txt into {DEPLOY_ENV}:\n{install.stderr[-3000:]}")
+    stamp.write_text(want + "\n")
+    return DEPLOY_ENV / "bin"
+
+
+@pytest.fixture(scope="session")
+def tools() -> Path:
+    return ensure_deploy_env()
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    values = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        assert sep and re.fullmatch(r"[A-Z_][A-Z0-9_]*", key), f"versions.env: not KEY=VALUE: {line!r}"
+        values[key] = value
+    return values
+
+
+@pytest.fixture(scope="session")
+def versions() -> dict[str, str]:
+    return parse_env_file(ROOT / "versions.env")
+
+
+def kustomize(directory: Path) -> str:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed: `kubectl kustomize` renders k8s/ (CI machines have it)")
+    completed = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
+
+
+def validate_manifests(tools: Path, rendered: str) -> dict[str, Any]:
+    completed = subprocess.run(
+        [str(tools / "python"), str(VALIDATE), "manifests", K8S_VERSION],
+        input=rendered,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def load_yaml(tools: Path, path: Path) -> Any:
+    completed = subprocess.run(
+        [str(tools / "python"), str(VALIDATE), "yaml"], input=path.read_text(), capture_output=True, text=True, timeout=120, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+@pytest.fixture(scope="session")
+def rendered() -> str:
+    return kustomize(K8S)
+
+
+@pytest.fixture(scope="session")
+def manifests(tools, rendered) -> dict[str, Any]:
+    return validate_manifests(tools, rendered)
+
+
+@pytest.fixture(scope="session")
+def objects(manifests) -> list[dict[str, Any]]:
+    return manifests["objects"]
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(matches) == 1, f"expected one {kind} {name or ''}, found {len(matches)}"
+    return matches[0]
+
+
+@pytest.fixture(scope="session")
+def pod_spec(objects) -> dict[str, Any]:
+    return find(objects, "Deployment")["spec"]["template"]["spec"]
+
+
+@pytest.fixture(scope="session")
+def canary_rendered() -> str:
+    return kustomize(CANARY)
+
+
+@pytest.fixture(scope="session")
+def canary_manifests(tools, canary_rendered) -> dict[str, Any]:
+    return validate_manifests(tools, canary_rendered)
+
+
+@pytest.fixture(scope="session")
+def canary_cluster(objects, canary_manifests) -> list[dict[str, Any]]:
+    """What the cluster holds after `kubectl apply -k k8s/` then `-k k8s/overlays/canary`:
+    the overlay's objects replace the base's of the same kind and name, the rest stay."""
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
+    overlay = {key(o): o for o in canary_manifests["objects"]}
+    return [overlay.pop(key(o), o) for o in objects] + list(overlay.values())
+
+
+def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.fixture(scope="session")
+def triton(pod_spec) -> dict[str, Any]:
+    (container,) = [c for c in pod_spec["containers"] if c["name"] == "triton"]
+    return container
+
+
+def flag_values(arguments: list[str]) -> dict[str, str]:
+    """``--name=value`` arguments as {name: value} (last one wins, as in tritonserver)."""
+    values = {}
+    for argument in arguments:
+        assert argument.startswith("--") and "=" in argument, f"use --flag=value form: {argument!r}"
+        name, _, value = argument.partition("=")
+        values[name] = value
+    return values
+
+
+def tritonserver_arguments(arguments: list[str]) -> list[str]:
+    """What the entry script passes on to tritonserver: all but its own --pipelines-root."""
+    return [a for a in arguments if a.split("=", 1)[0] != ROOT_FLAG]
+
+
+def dockerfile_entrypoint(path: Path) -> list[str]:
+    text = path.read_text().replace("\\\n", " ")
+    match = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", text, re.MULTILINE)
+    assert match, f"{path.name}: no exec-form ENTRYPOINT"
+    return json.loads(match.group(1))
+
+
+@pytest.fixture(scope="session")
+def compose(tools) -> dict[str, Any]:
+    (document,) = load_yaml(tools, DOCKER / "compose.yaml")
+    return document
+
+
+def tritonserver_binary() -> tuple[str, dict[str, str]]:
+    from devtools.triton_server import _pytriton_dir, server_environment
+
+    return str(_pytriton_dir() / "tritonserver" / "bin" / "tritonserver"), server_environment()
+
+
+def prometheus_rules(objects) -> list[dict[str, Any]]:
+    return [rule for group in find(objects, "PrometheusRule")["spec"]["groups"] for rule in group["rules"]]
+
+
+def alert_rules(objects) -> list[dict[str, Any]]:
+    return [rule for rule in prometheus_rules(objects) if "alert" in rule]
+
+
+def dashboard(objects) -> dict[str, Any]:
+    return json.loads(find(objects, "ConfigMap", "vision-serving-dashboard")["data"]["vision-serving.json"])
+
+
+def dashboard_expressions(board: dict[str, Any]) -> list[str]:
+    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+
+
+def used_metric_names(objects) -> set[str]:
+    texts = [r["expr"] for r in prometheus_rules(objects)]
+    texts.append(find(objects, "ConfigMap", "prometheus-adapter-vision-serving")["data"]["config.yaml"])
+    board = dashboard(objects)
+    texts += dashboard_expressions(board)
+    texts += [v["definition"] for v in board["templating"]["list"] if "definition" in v]
+    names = set()
+    for text in texts:
+        names |= set(re.findall(r"\b((?:nv|vision)_[a-z_]+)\b", text))
+        names |= {"up"} & set(re.findall(r"\b(up)\{", text))
+    return names
