@@ -215,10 +215,6 @@ def _jpeg_declared_size(data: bytes) -> tuple[int, int]:
     raise ImageError("truncated JPEG: header ends before the frame size")
 
 
-def jpeg_scan_count(data: bytes, limit: int | None = None) -> int:
-    return _jpeg_walk(data, limit)[0]
-
-
 def _jpeg_walk(data: bytes, limit: int | None = None) -> tuple[int, int | None]:
     """Number of scans (SOS segments) of a JPEG, walking its marker structure.
 
@@ -337,11 +333,6 @@ class Decoded:
     image: np.ndarray
     height: int
     width: int
-
-
-def validate(data: bytes, limits: ImageLimits) -> str:
-    """Check a payload without decoding it; returns its format or raises ``ImageError``."""
-    return check(data, limits).format
 
 
 def check(data: bytes, limits: ImageLimits) -> Checked:

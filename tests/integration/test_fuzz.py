@@ -18,6 +18,7 @@ rebuilds that case.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -254,16 +255,21 @@ def test_regression_header_walk_cost_is_bounded(body):
 
 
 def test_exif_thumbnail_scans_are_not_counted():
-    """A thumbnail inside APP1 has its own SOS markers; only the main image's scans count."""
-    from vision_serving.image_codec import jpeg_scan_count
-
+    """A thumbnail inside APP1 has its own SOS markers; only the main image's scans count against
+    the served limit: with one scan allowed, a baseline JPEG carrying ~100 thumbnail scans decodes,
+    while a progressive one (several scans of its own) is refused."""
     thumb = io.BytesIO()
     Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(thumb, "JPEG", progressive=True)
-    main = io.BytesIO()
-    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(main, "JPEG")
-    data = main.getvalue()
     payload = b"Exif\0\0" + thumb.getvalue() * 10  # ~100 scans' worth of markers inside one APP1 segment
     app1 = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
-    with_thumbnail = data[:2] + app1 + data[2:]
-    assert jpeg_scan_count(with_thumbnail) == jpeg_scan_count(data) == 1
-    assert decode_rgb(with_thumbnail, LIMITS).shape == (32, 32, 3)
+
+    def with_thumbnail(progressive: bool) -> bytes:
+        main = io.BytesIO()
+        Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(main, "JPEG", progressive=progressive)
+        data = main.getvalue()
+        return data[:2] + app1 + data[2:]
+
+    one_scan = dataclasses.replace(LIMITS, max_jpeg_scans=1)
+    assert decode_rgb(with_thumbnail(progressive=False), one_scan).shape == (32, 32, 3)
+    with pytest.raises(ImageError, match="more than 1 scans"):
+        decode_rgb(with_thumbnail(progressive=True), one_scan)

@@ -16,9 +16,9 @@ from vision_serving.image_codec import (
     ImageError,
     ImageLimits,
     MinimumSize,
+    check,
     declared_size,
     decode_rgb,
-    validate,
 )
 from vision_serving.preprocessing import PreprocessSpec
 
@@ -94,18 +94,18 @@ def test_16_bit_becomes_8_bit():
 )
 def test_rejected_before_decoding(payload, message):
     with pytest.raises(ImageError, match=message.replace("(", r"\(")):
-        validate(payload, LIMITS)
+        check(payload, LIMITS)
 
 
 def test_payload_over_byte_limit(rgb):
     data = encode(rgb, "PNG")
     with pytest.raises(ImageError, match=f"{len(data)} bytes, over the limit of 100 bytes"):
-        validate(data, ImageLimits(max_bytes=100, max_pixels=10**9))
+        check(data, ImageLimits(max_bytes=100, max_pixels=10**9))
 
 
 def test_format_not_accepted(rgb):
     with pytest.raises(ImageError, match="PNG is not accepted"):
-        validate(encode(rgb, "PNG"), ImageLimits(max_bytes=10**6, max_pixels=10**6, accepted_formats=("jpeg",)))
+        check(encode(rgb, "PNG"), ImageLimits(max_bytes=10**6, max_pixels=10**6, accepted_formats=("jpeg",)))
 
 
 def test_truncated_jpeg_and_png(rgb):
@@ -247,7 +247,7 @@ def test_jpeg_with_appended_data_is_accepted(rgb):
     data = encode(rgb, "JPEG", quality=90)
     video = b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 64
     assert np.array_equal(decode_rgb(data + video, LIMITS), decode_rgb(data, LIMITS))
-    assert image_codec.check(data + video, LIMITS).end == len(data)
+    assert check(data + video, LIMITS).end == len(data)
 
 
 def test_truncated_jpeg_with_appended_data_is_still_refused(rgb):
@@ -276,11 +276,11 @@ def test_webp_lossy_lossless_and_limits():
         assert decoded.shape == (48, 64, 3) and np.abs(decoded.astype(int) - image).mean() < 8
         assert quality != 101 or np.array_equal(decoded, image)
         with pytest.raises(ImageError, match="over the limit of 1000 pixels"):
-            validate(data, ImageLimits(max_bytes=10**6, max_pixels=1000, accepted_formats=("webp",)))
+            check(data, ImageLimits(max_bytes=10**6, max_pixels=1000, accepted_formats=("webp",)))
         with pytest.raises(ImageError, match="truncated WEBP"):
-            validate(data[: len(data) // 2], WIDE_LIMITS)
+            check(data[: len(data) // 2], WIDE_LIMITS)
     with pytest.raises(ImageError, match="WEBP is not accepted"):
-        validate(data, LIMITS)
+        check(data, LIMITS)
 
 
 def test_extended_webp_header_and_animation():
