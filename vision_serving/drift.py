@@ -494,16 +494,6 @@ class DriftMonitor:
         with self._lock:
             return self._latest
 
-    def wait_idle(self, timeout_s: float = 5.0) -> bool:
-        """Block until the worker has no job waiting (tests); True when it finished in time."""
-        deadline = threading.Event()
-        for _ in range(math.ceil(timeout_s / 0.01)):
-            with self._lock:
-                if self._pending is None and (self._latest is None or self._latest.sequence == self.updates):
-                    return True
-            deadline.wait(0.01)
-        return False
-
     def close(self) -> None:
         with self._wake:
             self._closed = True

@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
+from tests.support.drift_monitor import wait_idle
 from vision_serving import drift, model_config
 from vision_serving.tasks import registry
 
@@ -155,13 +156,13 @@ def test_monitor_background_worker_detects_a_shift():
     try:
         for _ in range(4):
             monitor.observe(reference_and_stream(rng, count=64)[1])
-        assert monitor.wait_idle()
+        assert wait_idle(monitor)
         report = monitor.latest()
         assert report is not None and report.samples == 256
         assert report.results["level"].p_value > 0.01 and report.results["kind"].p_value > 0.01
         for _ in range(4):
             monitor.observe(reference_and_stream(rng, shift=1.5, count=64)[1])
-        assert monitor.wait_idle()
+        assert wait_idle(monitor)
         report = monitor.latest()
         assert report is not None and report.results["level"].p_value < 1e-6
         assert report.results["level"].window_mean > 1.0
