@@ -124,7 +124,9 @@ def only_tensor(config: ModelConfig, kind: str):
 class TensorRoles:
     """A model's tensors found by what they are (required/optional, datatype), not by literal names.
 
-    The Python models use it so that renaming a tensor is a config change only.
+    Used on an ensemble's config (its image input, :func:`image_input_name`, for the builders'
+    and benchmarks' requests; the load generator's labels output) so that renaming a tensor is
+    a config change only. The task models find theirs by role (:mod:`vision_serving.tasks.base`).
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -144,10 +146,6 @@ class TensorRoles:
 
     def required_input(self, datatype: str) -> str:
         return self._one(self._pick(self.config.input, datatype, False, "input"), f"required {datatype} input")
-
-    def optional_input(self, datatype: str) -> str | None:
-        names = self._pick(self.config.input, datatype, True, "input")
-        return self._one(names, f"optional {datatype} input") if names else None
 
     def output(self, datatype: str) -> str:
         return self._one(self._pick(self.config.output, datatype, None, "output"), f"{datatype} output")
