@@ -38,10 +38,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper, numpy_helper
 
-from builders import photos, references, tflite
+from builders import photos, tflite
 from builders.artifacts import sha256_file
 from devtools.loadgen import free_port
-from tests.support import yolo
+from tests.support import references, yolo
 from vision_serving import image_codec, layout
 from vision_serving.onnx_core import create_session
 from vision_serving.pipeline_configs import PipelineConfigs

@@ -20,8 +20,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from builders import loaded, references
-from tests.support import faces
+from builders import loaded
+from tests.support import faces, references
 from vision_serving import image_codec, layout
 from vision_serving.tasks import detection, segmentation
 

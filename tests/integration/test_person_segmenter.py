@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from builders import references
+from tests.support import references
 from vision_serving import image_codec, layout
 from vision_serving.tasks import segmentation
 

@@ -11,8 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from builders import export, loaded, precision, references
+from builders import export, loaded, precision
 from builders.loaded import LoadedPipeline
+from tests.support import references
 from vision_serving import layout
 from vision_serving.tasks import segmentation
 

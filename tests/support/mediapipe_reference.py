@@ -2,12 +2,12 @@
 
 STANDALONE: runs inside the ``mediapipe`` build environment (``.build/envs/mediapipe``,
 ``requirements/mediapipe.txt``), not in ``.venv``; it imports only mediapipe, numpy,
-cv2 and the standard library, never ``builders``.
+cv2 and the standard library, never ``builders`` nor ``tests``.
 
 Usage::
 
-    python builders/mediapipe_reference.py selfie_segmentation [--model-selection 1] --out OUT.npz IMAGE...
-    python builders/mediapipe_reference.py face_detection [--model-selection 1] --out OUT.npz IMAGE...
+    python tests/support/mediapipe_reference.py selfie_segmentation [--model-selection 1] --out OUT.npz IMAGE...
+    python tests/support/mediapipe_reference.py face_detection [--model-selection 1] --out OUT.npz IMAGE...
 
 Images are read with cv2 and converted BGR -> RGB. The .npz holds:
 

@@ -1,8 +1,8 @@
-"""MediaPipe's own runtime as the reference for the pipelines converted from its models.
+"""MediaPipe's own runtime as the tests' reference for the pipelines converted from its models.
 
 ``mediapipe==0.10.14`` runs its ``.tflite`` models (custom ops included) on
 CPU, but cannot share an environment with the serving code or with tf2onnx, so
-:func:`mediapipe_outputs` runs ``builders/mediapipe_reference.py`` inside the
+:func:`mediapipe_outputs` runs ``tests/support/mediapipe_reference.py`` inside the
 ``mediapipe`` build environment (``requirements/mediapipe.txt``) and caches the
 result under ``.build/references/``, keyed by the photos, the script and the
 environment's requirements.
