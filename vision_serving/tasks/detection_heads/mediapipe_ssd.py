@@ -43,6 +43,8 @@ from ...model_config import ModelConfig
 from ..base import Role
 from .base import FloatArray, Head, IntArray, NmsSettings, TensorDetections, boolean, numbers, tensor_dims
 
+BoolArray = npt.NDArray[np.bool_]
+
 INPUT_SIZE = 128  # face_detection_short_range_cpu.pbtxt: ImageToTensorCalculator output_tensor_width/height.
 IOU_THRESHOLD = 0.3  # face_detection_short_range_common.pbtxt: NonMaxSuppressionCalculator min_suppression_threshold.
 SCORE_THRESHOLD = 0.5  # face_detection_short_range_common.pbtxt: TensorsToDetectionsCalculator min_score_thresh.
@@ -350,33 +352,77 @@ def weighted_nms(
     if max_detections is not None and max_detections < 1:
         raise ValueError("max_detections must be positive or None")
 
-    # MediaPipe stores a box as (xmin, ymin, width, height) in float and rebuilds
-    # xmax = xmin + width (Rectangle_f in OverlapSimilarity, and the weighted sums).
-    width = b[..., 2] - b[..., 0]
-    height = b[..., 3] - b[..., 1]
-    b = np.stack([b[..., 0], b[..., 1], b[..., 0] + width, b[..., 1] + height], axis=-1)
-    valid = (s >= thr[:, None]) & (width >= 0) & (height >= 0)  # NaN compares False
+    b, valid = _mediapipe_boxes(b, s, thr)
     m = int(valid.sum(axis=1).max()) if n else 0
-    iterations = min(m, max_detections) if max_detections is not None else m
     if m == 0:
         return TensorDetections.empty(n, k)
+    iterations = min(m, max_detections) if max_detections is not None else m
+    values, out_scores, out_ids, counts = _suppress(_best_first(b, kp, s, ids, valid, m), iou_thr, iterations)
+    d = int(counts.max())
+    return TensorDetections(
+        np.ascontiguousarray(values[:, :d, :4]),
+        np.ascontiguousarray(out_scores[:, :d]),
+        np.ascontiguousarray(out_ids[:, :d]),
+        counts,
+        np.ascontiguousarray(values[:, :d, 4:].reshape(n, d, k, 2)),
+    )
 
-    # Top-M candidates per image, by descending score (stable: anchor order on ties).
-    masked = np.where(valid, s, -np.inf)
+
+def _mediapipe_boxes(boxes: FloatArray, scores: FloatArray, score_threshold: FloatArray) -> tuple[FloatArray, BoolArray]:
+    """The boxes ``[N,A,4]`` as MediaPipe computes with them, and which anchors are candidates ``[N,A]``.
+
+    MediaPipe stores a box as (xmin, ymin, width, height) in float and rebuilds
+    xmax = xmin + width (Rectangle_f in OverlapSimilarity, and the weighted sums). A candidate
+    scores at least the threshold and has no negative (or NaN: it compares False) width or height.
+    """
+    width = boxes[..., 2] - boxes[..., 0]
+    height = boxes[..., 3] - boxes[..., 1]
+    rebuilt = np.stack([boxes[..., 0], boxes[..., 1], boxes[..., 0] + width, boxes[..., 1] + height], axis=-1)
+    valid = (scores >= score_threshold[:, None]) & (width >= 0) & (height >= 0)
+    return rebuilt, valid
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """Each image's top-M candidates, best first; the rows past an image's count are not valid and score 0."""
+
+    valid: BoolArray  # [N, M]
+    scores: FloatArray  # [N, M]
+    boxes: FloatArray  # [N, M, 4]
+    class_ids: IntArray  # [N, M]
+    values: FloatArray  # [N, M, 4 + 2K]: box and flattened keypoints, what the weighted mean averages
+
+
+def _best_first(boxes: FloatArray, keypoints: FloatArray, scores: FloatArray, class_ids: IntArray, valid: BoolArray, m: int) -> _Candidates:
+    """Top-``m`` candidates per image, by descending score (stable: anchor order on ties)."""
+    n, k = scores.shape[0], keypoints.shape[2]
+    masked = np.where(valid, scores, -np.inf)
     order = np.argsort(-masked, axis=1, kind="stable")[:, :m]
     c_valid = np.take_along_axis(valid, order, axis=1)
-    c_scores = np.where(c_valid, np.take_along_axis(s, order, axis=1), np.float32(0))
-    c_boxes = np.take_along_axis(b, order[..., None], axis=1)
-    c_ids = np.take_along_axis(ids, order, axis=1)
-    c_kps = np.take_along_axis(kp, order[..., None, None], axis=1).reshape(n, m, 2 * k)
-    # The weighted mean of boxes and keypoints in one matmul: [N, M, 4 + 2K].
-    c_values = np.concatenate([c_boxes, c_kps], axis=-1)
+    c_boxes = np.take_along_axis(boxes, order[..., None], axis=1)
+    c_kps = np.take_along_axis(keypoints, order[..., None, None], axis=1).reshape(n, m, 2 * k)
+    return _Candidates(
+        valid=c_valid,
+        scores=np.where(c_valid, np.take_along_axis(scores, order, axis=1), np.float32(0)),
+        boxes=c_boxes,
+        class_ids=np.take_along_axis(class_ids, order, axis=1),
+        # The weighted mean of boxes and keypoints in one sum: [N, M, 4 + 2K].
+        values=np.concatenate([c_boxes, c_kps], axis=-1),
+    )
 
-    out_values = np.zeros((n, iterations, 4 + 2 * k), np.float32)
+
+def _suppress(candidates: _Candidates, iou_threshold: FloatArray, iterations: int) -> tuple[FloatArray, FloatArray, IntArray, IntArray]:
+    """``WeightedNonMaxSuppression``'s loop, every image at once: per iteration, each image's best
+    remaining candidate and its cluster make one detection. Returns the detections' values
+    ``[N, iterations, 4 + 2K]``, scores and class ids ``[N, iterations]`` (0 past an image's
+    count) and the counts ``[N]``."""
+    c = candidates
+    n, _, width = c.values.shape
+    out_values = np.zeros((n, iterations, width), np.float32)
     out_scores = np.zeros((n, iterations), np.float32)
     out_ids = np.zeros((n, iterations), np.int32)
     counts = np.zeros((n,), np.int32)
-    remaining = c_valid.copy()
+    remaining = c.valid.copy()
     active = np.ones((n,), bool)
     rows = np.arange(n)
     for step in range(iterations):
@@ -384,34 +430,25 @@ def weighted_nms(
         if not emit.any():
             break
         top = np.argmax(remaining, axis=1)  # first remaining = best score
-        top_box = c_boxes[rows, top]
-        cluster = remaining & (_iou_one_to_many(top_box, c_boxes) > iou_thr) & emit[:, None]
-        weights = np.where(cluster, c_scores, np.float32(0))
+        top_box = c.boxes[rows, top]
+        cluster = remaining & (_iou_one_to_many(top_box, c.boxes) > iou_threshold) & emit[:, None]
+        weights = np.where(cluster, c.scores, np.float32(0))
         in_cluster = cluster.any(axis=1)
         # Sequential float32 sums in score order, like MediaPipe's loop (cumsum is a
         # sequential accumulate, so the zero weights of other candidates and of the
         # batch padding leave the sums bit-identical: batch independence).
         total = np.cumsum(weights, axis=1)[:, -1]
-        sums = np.cumsum(weights[..., None] * c_values, axis=1)[:, -1]
+        sums = np.cumsum(weights[..., None] * c.values, axis=1)[:, -1]
         weighted = sums / np.where(in_cluster, total, np.float32(1))[:, None]
-        value = np.where(in_cluster[:, None], weighted, c_values[rows, top])
+        value = np.where(in_cluster[:, None], weighted, c.values[rows, top])
         out_values[:, step] = np.where(emit[:, None], value, np.float32(0))
-        out_scores[:, step] = np.where(emit, c_scores[rows, top], np.float32(0))
-        out_ids[:, step] = np.where(emit, c_ids[rows, top], 0)
+        out_scores[:, step] = np.where(emit, c.scores[rows, top], np.float32(0))
+        out_ids[:, step] = np.where(emit, c.class_ids[rows, top], 0)
         counts += emit
         remaining &= ~cluster
         # MediaPipe stops when an iteration removes nothing (empty cluster).
         active &= ~(emit & ~in_cluster)
-
-    d = int(counts.max())
-    out_values = out_values[:, :d]
-    return TensorDetections(
-        np.ascontiguousarray(out_values[..., :4]),
-        np.ascontiguousarray(out_scores[:, :d]),
-        np.ascontiguousarray(out_ids[:, :d]),
-        counts,
-        np.ascontiguousarray(out_values[..., 4:].reshape(n, d, k, 2)),
-    )
+    return out_values, out_scores, out_ids, counts
 
 
 # --------------------------------------------------------------------------- the head
