@@ -39,7 +39,7 @@ from builders import (
 )
 from builders.artifacts import atomic_write_bytes, sha256_bytes
 from builders.passes import onnx_io, registry
-from builders.passes.graph import STANDARD_DOMAINS, PassError
+from builders.passes.graph import STANDARD_DOMAINS, GraphPass, PassError
 from vision_serving import model_config
 from vision_serving.model_config import ModelConfig
 
@@ -277,73 +277,13 @@ def fix_model(
 
     source_bytes = model.SerializeToString()
     current = _infer(onnx.load_from_string(source_bytes))
-    feeds = random_feeds(current, options)
-    session, reason = session_or_reason(current)
-    reference: tuple[onnx.ModelProto, list[np.ndarray]] | None = None
-    expected = run_session(session, feeds) if session is not None else None
-    if expected is None:
-        expected = reference_outputs(current, feeds)
-        if expected is not None:
-            reason = "compared with the custom ops' reference implementation"
-    if expected is not None:
-        reference = (current, expected)
+    comparison = _Comparison.of_input(current, random_feeds(current, options))
     results: list[PassResult] = []
-    unverified: list[str] = []
-
     for name in names:
-        graph = _import(current)
-        nodes_before = len(current.graph.node)
-        try:
-            with quiet_graphsurgeon():
-                rewrites = int(passes[name](graph))
-        except PassError as error:
-            raise BuildError(str(error)) from None
-        if rewrites == 0:
-            results.append(PassResult(name, 0, nodes_before, nodes_before, None, "nothing to do"))
-            log(f"{name}: nothing to do")
-            continue
-        after = _export(graph, current)
-        after_session, after_reason = session_or_reason(after)
-        diff: float | None = None
-        note = ""
-        if expected is None:
-            note = f"not compared: onnxruntime cannot run the model before this pass ({reason})"
-            unverified.append(name)
-        else:
-            if after_session is None:
-                raise FixVerificationError(f"{name}: onnxruntime cannot load the rewritten model: {after_reason}")
-            actual = run_session(after_session, feeds)
-            diff, problem = max_abs_difference(expected, actual, options.atol, options.rtol)
-            if problem:
-                raise FixVerificationError(
-                    f"{name} changed the model's outputs ({problem}; tolerance {options.atol:g} + {options.rtol:g}·|x|); nothing written"
-                )
-        results.append(PassResult(name, rewrites, nodes_before, len(after.graph.node), diff, note))
-        log(
-            f"{name}: {rewrites} rewrite(s), {nodes_before} -> {len(after.graph.node)} nodes"
-            + (f", max |Δ| {diff:.1e}" if diff is not None else f" ({note})")
-        )
-        current = after
-        if expected is None and after_session is not None:  # first model onnxruntime runs: the reference
-            expected = run_session(after_session, feeds)
-            reference = (after, expected)
-        elif expected is not None:
-            expected = actual
-
-    overall: float | None = None
-    final_session, final_reason = session_or_reason(current)
-    custom = sorted({f"{n.domain}.{n.op_type}" for n in current.graph.node if n.domain not in STANDARD_DOMAINS})
-    if final_session is None and not custom:
-        raise FixVerificationError(f"onnxruntime cannot load the fixed model: {final_reason}")
-    if reference is not None and final_session is not None:
-        overall, problem = max_abs_difference(reference[1], run_session(final_session, feeds), options.atol, options.rtol)
-        if problem:
-            raise FixVerificationError(f"the fixed model differs from the input: {problem}; nothing written")
-    try:
-        onnx.checker.check_model(current, full_check=not custom)
-    except onnx.checker.ValidationError as error:
-        first = str(error).strip().splitlines()[0]
-        raise FixVerificationError(f"onnx.checker rejects the fixed model: {first}") from None
+        result, current = _apply_pass(name, passes[name], current, comparison, options, log)
+        results.append(result)
+    unverified = [result.name for result in results if result.rewrites and result.max_abs_diff is None]
+    overall = _verify_fixed(current, comparison, options)
 
     record = {
         "source_sha256": sha256_bytes(source_bytes),
@@ -353,17 +293,7 @@ def fix_model(
     }
     batch_profile.set_metadata(current, FIX_METADATA_KEY, json.dumps(record, sort_keys=True))
     if "batch_dimension" in names:
-        assert options.max_batch is not None
-        static_inputs = {
-            value.name: [d for d in _dims(value)[1:] if isinstance(d, int)]
-            for value in graph_inputs(current)
-            if all(isinstance(d, int) and d > 0 for d in _dims(value)[1:])
-        }
-        try:
-            profile = batch_profile.make_profile(options.max_batch, options.opt_batch, static_inputs)
-        except batch_profile.ProfileError as error:
-            raise BuildError(str(error)) from None
-        batch_profile.write_profile(current, profile)
+        _write_batch_profile(current, options)
     return FixResult(
         model=current,
         passes=results,
@@ -372,6 +302,114 @@ def fix_model(
         max_abs_diff=overall,
         unverified=unverified,
     )
+
+
+@dataclass
+class _Comparison:
+    """What each rewrite is compared with: the outputs, on the seeded ``feeds``, of the last model
+    onnxruntime ran (``expected``; None until one runs), and the first model that ran with its
+    outputs (``reference``: what the fixed model is compared with at the end)."""
+
+    feeds: list[np.ndarray]
+    not_run: str  # why the models before the first that runs are not compared
+    expected: list[np.ndarray] | None = None
+    reference: tuple[onnx.ModelProto, list[np.ndarray]] | None = None
+
+    @classmethod
+    def of_input(cls, model: onnx.ModelProto, feeds: list[np.ndarray]) -> _Comparison:
+        """The input model's outputs on onnxruntime, else with its custom ops' reference implementation."""
+        session, reason = session_or_reason(model)
+        expected = run_session(session, feeds) if session is not None else None
+        if expected is None:
+            expected = reference_outputs(model, feeds)
+            if expected is not None:
+                reason = "compared with the custom ops' reference implementation"
+        return cls(feeds, reason, expected, (model, expected) if expected is not None else None)
+
+    def advance(self, model: onnx.ModelProto, session: Any, outputs: list[np.ndarray] | None) -> None:
+        """The next rewrite is compared with ``model``: its ``outputs``; the first model onnxruntime
+        runs (``session``) is run now and becomes the reference."""
+        if self.expected is None and session is not None:
+            self.expected = run_session(session, self.feeds)
+            self.reference = (model, self.expected)
+        elif self.expected is not None:
+            self.expected = outputs
+
+
+def _apply_pass(
+    name: str, rewrite: GraphPass, current: onnx.ModelProto, comparison: _Comparison, options: FixOptions, log: Log
+) -> tuple[PassResult, onnx.ModelProto]:
+    """One pass on ``current``: what it did and the model after it, whose outputs must equal the
+    model's before it within the tolerance (when onnxruntime runs that one)."""
+    graph = _import(current)
+    nodes_before = len(current.graph.node)
+    try:
+        with quiet_graphsurgeon():
+            rewrites = int(rewrite(graph))
+    except PassError as error:
+        raise BuildError(str(error)) from None
+    if rewrites == 0:
+        log(f"{name}: nothing to do")
+        return PassResult(name, 0, nodes_before, nodes_before, None, "nothing to do"), current
+    after = _export(graph, current)
+    after_session, after_reason = session_or_reason(after)
+    diff: float | None = None
+    note = ""
+    actual: list[np.ndarray] | None = None
+    if comparison.expected is None:
+        note = f"not compared: onnxruntime cannot run the model before this pass ({comparison.not_run})"
+    else:
+        if after_session is None:
+            raise FixVerificationError(f"{name}: onnxruntime cannot load the rewritten model: {after_reason}")
+        actual = run_session(after_session, comparison.feeds)
+        diff, problem = max_abs_difference(comparison.expected, actual, options.atol, options.rtol)
+        if problem:
+            raise FixVerificationError(
+                f"{name} changed the model's outputs ({problem}; tolerance {options.atol:g} + {options.rtol:g}·|x|); nothing written"
+            )
+    log(
+        f"{name}: {rewrites} rewrite(s), {nodes_before} -> {len(after.graph.node)} nodes"
+        + (f", max |Δ| {diff:.1e}" if diff is not None else f" ({note})")
+    )
+    comparison.advance(after, after_session, actual)
+    return PassResult(name, rewrites, nodes_before, len(after.graph.node), diff, note), after
+
+
+def _verify_fixed(model: onnx.ModelProto, comparison: _Comparison, options: FixOptions) -> float | None:
+    """The fixed model loads, equals the reference within the tolerance and passes onnx.checker;
+    returns its max |Δ| from the reference (None: nothing to compare with, or custom ops left)."""
+    overall: float | None = None
+    final_session, final_reason = session_or_reason(model)
+    custom = sorted({f"{n.domain}.{n.op_type}" for n in model.graph.node if n.domain not in STANDARD_DOMAINS})
+    if final_session is None and not custom:
+        raise FixVerificationError(f"onnxruntime cannot load the fixed model: {final_reason}")
+    if comparison.reference is not None and final_session is not None:
+        overall, problem = max_abs_difference(
+            comparison.reference[1], run_session(final_session, comparison.feeds), options.atol, options.rtol
+        )
+        if problem:
+            raise FixVerificationError(f"the fixed model differs from the input: {problem}; nothing written")
+    try:
+        onnx.checker.check_model(model, full_check=not custom)
+    except onnx.checker.ValidationError as error:
+        first = str(error).strip().splitlines()[0]
+        raise FixVerificationError(f"onnx.checker rejects the fixed model: {first}") from None
+    return overall
+
+
+def _write_batch_profile(model: onnx.ModelProto, options: FixOptions) -> None:
+    """``batch_dimension``'s batch range (max, opt, the static per-image dims) into the model's metadata."""
+    assert options.max_batch is not None
+    static_inputs = {
+        value.name: [d for d in _dims(value)[1:] if isinstance(d, int)]
+        for value in graph_inputs(model)
+        if all(isinstance(d, int) and d > 0 for d in _dims(value)[1:])
+    }
+    try:
+        profile = batch_profile.make_profile(options.max_batch, options.opt_batch, static_inputs)
+    except batch_profile.ProfileError as error:
+        raise BuildError(str(error)) from None
+    batch_profile.write_profile(model, profile)
 
 
 load_model = onnx_io.load_onnx
