@@ -30,6 +30,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = Path(item.path).resolve().relative_to(TESTS).parts[0]
         if tier not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: a test lives in one of tests/{{{','.join(TIERS)}}}/")
+        other = {marker.name for marker in item.iter_markers()} & set(TIERS) - {tier}
+        if other:
+            raise pytest.UsageError(f"{item.nodeid}: marked {', '.join(sorted(other))} but lives in tests/{tier}/ (move it)")
         item.add_marker(getattr(pytest.mark, tier))
 
 
