@@ -1,5 +1,14 @@
-"""Development tooling: the local tritonserver launcher, the pipelines' client, the load generator, the rollout and canary tools.
+"""Development tooling, used by ``scripts/`` (entry points), the tests and the benchmarks; not installed in the serving image.
 
-Used by ``scripts/`` (entry points), the tests and the benchmarks; not
-installed in the serving image.
+- :mod:`~devtools.triton_server`: the local tritonserver with every pipeline (``scripts/serve``);
+- :mod:`~devtools.client`: one client program for every pipeline, told its task by the script
+  that runs it (``scripts/classify``, ``scripts/segment``, ``scripts/detect``);
+- :mod:`~devtools.loadgen`: servers on copies of the model repository, the load generator,
+  process and ``/dev/shm`` probes;
+- :mod:`~devtools.rollout` and :mod:`~devtools.canary`: a new core version rolled into a running
+  server (``scripts/rollout.py``), a canary promoted or rolled back from Prometheus (``scripts/canary``);
+- :mod:`~devtools.proxy` and :mod:`~devtools.prometheus`: a real nginx in front of local servers,
+  a real Prometheus scraping them and evaluating the alert rules;
+- :mod:`~devtools.model_image`: the model image's content (``docker/models.Dockerfile``);
+- :mod:`~devtools.lock`: the dependency locks, ``requirements/*.in`` -> ``*.txt`` (``scripts/lock``).
 """
