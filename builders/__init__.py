@@ -1,10 +1,13 @@
-"""Builders: produce the model repository's artifacts from pinned inputs.
+"""Builders: produce each pipeline's artifacts in the model repository from pinned inputs.
 
 Each named step (``export``, ``check``, ``fix``, ``quantize``, ``evaluate``,
-``build-engine``, ``verify-plan``) is a module with a plain function and a
-subcommand of ``python -m builders``. Steps read tensor names, dims and
-preprocessing parameters from the model repository's configs, never from
-literals, and record the hashes of their inputs beside what they write.
+``select-precision``, ``drift-reference``, ``build-engine``, ``verify-plan``)
+is a module with a plain function and a subcommand of ``python -m builders``
+(:mod:`builders.cli`) that runs on one pipeline (``--pipeline``); ``all`` runs
+the CPU steps of every pipeline in order, and ``new-pipeline`` starts a
+pipeline folder. Steps read tensor names, dims and preprocessing parameters
+from the model repository's configs, never from literals, and record the
+hashes of their inputs beside what they write.
 """
 
 import sys

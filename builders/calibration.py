@@ -16,7 +16,7 @@ colour jitter, blur and noise, then a JPEG (or PNG) re-encode at a varied
 quality, so every sample goes through the served decoder
 (at the size the served preprocessing decodes) and the served resize / crop /
 normalize: :class:`vision_serving.served.ServedPipeline`, with the spec and
-limits of ``preprocess/config.pbtxt``. Calibration and evaluation use
+limits of ``<pipeline>_preprocess/config.pbtxt``. Calibration and evaluation use
 different transform profiles and seeds. Sample ``i`` depends only on
 ``(seed, i)`` and its source photo, so the same seed gives the same bytes
 (and the same sha256) on the same library versions.

@@ -68,13 +68,15 @@ def _add_evaluate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     parser = subparsers.add_parser(
         "evaluate",
         parents=[common],
-        help="accuracy: your labelled --dataset (FP32 vs served precision), or the classifier's INT8 agreement gate",
+        help="accuracy: your labelled --dataset (FP32 vs served precision), or the task's gate for INT8 (or --candidate)",
         description=(
             "With --dataset DIR: the task's metric on your labelled images (classification: class-per-folder, top-1/"
-            "top-5 accuracy; segmentation: image + <name>.mask.png pairs, mIoU) for FP32 and for the precision the "
-            "ladder chose. Without: compare the classifier's FP32 and INT8 (onnxruntime, graph optimizations disabled) "
-            "on held-out photos: top-1 agreement, top-5 overlap, logit cosine; --server-url measures a running "
-            "server instead. Reports go to .build/reports/."
+            "top-5 accuracy; segmentation: image + <name>.mask.png pairs, mIoU; detection: images with YOLO labels, "
+            "precision/recall/AP50) for FP32 and for the precision the ladder chose. Without: the task's precision "
+            "gate, FP32 against the INT8 Q/DQ model (or --candidate; onnxruntime, graph optimizations disabled for "
+            "Q/DQ) on held-out photos (classification: top-1 agreement, top-5 overlap, logit cosine; segmentation: "
+            "mask IoU; detection: matched boxes); --server-url measures a running server instead. Reports go to "
+            ".build/reports/<pipeline>/."
         ),
     )
     evaluate.add_arguments(parser)
@@ -91,7 +93,8 @@ def _add_select_precision(subparsers: argparse._SubParsersAction[argparse.Argume
         description=(
             "Build each rung of the recipe's precision ladder (INT8 Q/DQ, FP16, FP32) and compare it with FP32 on the "
             "recipe's held-out photos through the served preprocessing, with the task's metric (classification: "
-            "top-1/top-5/cosine; segmentation: mean IoU of the served masks). Writes served_precision.json beside "
+            "top-1/top-5/cosine; segmentation: mean IoU of the served masks; detection: matched boxes). Writes "
+            "served_precision.json beside "
             "the core's ONNX (what build-engine builds) and .build/reports/<pipeline>/precision.md."
         ),
     )
@@ -157,7 +160,7 @@ def _add_all(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], co
     parser = subparsers.add_parser(
         "all",
         parents=[common],
-        help="every pipeline (or --pipeline NAME): export -> check -> quantize -> check -> precision ladder",
+        help="every pipeline (or --pipeline NAME): export -> check -> select-precision -> check -> drift-reference",
         description=(
             "Run every CPU build step of every pipeline in order, with the options of its recipe; each step skips "
             "itself when up to date. The precision ladder then picks what the pipeline serves (INT8, else FP16, else FP32)."

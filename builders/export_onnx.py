@@ -1,11 +1,11 @@
-"""The ``export`` step: EfficientNet-Lite0 (PyTorch) -> FP32 ONNX for the core model.
+"""The ``export`` step's ``efficientnet_lite0`` converter: EfficientNet-Lite0 (PyTorch) -> FP32 ONNX for the core model.
 
 Writes, into the model repository:
 
-- ``core/<version>/model.onnx``: dynamo exporter (opset 18), one input and one
-  output named and shaped as in ``core/config.pbtxt`` with a dynamic batch
+- ``<pipeline>_core/1/model.onnx``: dynamo exporter (opset 18), one input and one
+  output named and shaped as in ``<pipeline>_core/config.pbtxt`` with a dynamic batch
   dimension, then ``ReduceMean(H, W)`` -> ``GlobalAveragePool``;
-- ``core/<version>/model.onnx.json``: provenance (input hashes, package
+- ``<pipeline>_core/1/model.onnx.json``: provenance (input hashes, package
   versions, graph summary, verification numbers);
 - the postprocess model's ``labels_file``: the 1000 ImageNet names, one per
   line in class-id order.

@@ -6,7 +6,8 @@ from the package folder directly. Synthetic images in that folder (color
 wheel, checkerboards, logo, phantom, horse silhouette) are not listed, and a
 listed photo is only offered if its file is actually present in the wheel.
 
-Tests and the INT8 calibration step use these photos; they are encoded bytes,
+The build steps (the calibration and held-out sets of :mod:`builders.calibration`,
+the export's verification) and the tests use these photos; they are encoded bytes,
 as clients send them, so callers run the served decode/preprocess code.
 """
 

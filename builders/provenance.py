@@ -1,6 +1,6 @@
 """One provenance record for every built artifact, and one up-to-date check.
 
-Each step (export, quantize, fp16, build-engine) writes ``<artifact>.json`` beside its artifact:
+Each step (export, quantize, fp16, drift-reference, build-engine) writes ``<artifact>.json`` beside its artifact:
 
 .. code-block:: json
 

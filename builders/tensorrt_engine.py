@@ -1,7 +1,7 @@
 """The ``build-engine`` and ``verify-plan`` steps: the core's TensorRT plan.
 
 ``build-engine`` turns the explicitly quantized (Q/DQ) ONNX into
-``core/<version>/model.plan`` for the GPU and TensorRT at hand:
+``<pipeline>_core/<version>/model.plan`` for the GPU and TensorRT at hand:
 
 - a strongly typed network (TensorRT 10.8+: ``NetworkDefinitionCreationFlag.
   STRONGLY_TYPED``; TensorRT 11: always strongly typed, the flag is deprecated
