@@ -190,8 +190,8 @@ class PreprocessSpec:
 
 @dataclass(frozen=True)
 class PreprocessOutputs:
-    """A preprocess model's outputs, found by role: the FP32 image (3-D), and optionally the INT32 ``[2]``
-    original size (height, width) and the FP32 ``[4]`` tensor transform."""
+    """A preprocess model's outputs, found by role: the FP32 (or UINT8: :mod:`builders.normalization`) image
+    (3-D), and optionally the INT32 ``[2]`` original size (height, width) and the FP32 ``[4]`` tensor transform."""
 
     pixels: str
     image_size: str | None

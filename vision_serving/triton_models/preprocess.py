@@ -1,8 +1,8 @@
 """Preprocess model: encoded image bytes -> one model-input batch (and each image's size and tensor transform).
 
 Inputs and outputs are read from the model's config by role
-(:class:`vision_serving.preprocessing.PreprocessOutputs`): one BYTES input, the FP32 image
-output and, when the config declares them, an INT32 ``[2]`` output with each photo's
+(:class:`vision_serving.preprocessing.PreprocessOutputs`): one BYTES input, the image output
+(FP32, or UINT8 when the core's graph normalizes) and, when the config declares them, an INT32 ``[2]`` output with each photo's
 (height, width) and an FP32 ``[4]`` output with its tensor transform, for postprocessing that
 maps results back to the photo.
 """
