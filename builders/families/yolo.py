@@ -312,12 +312,44 @@ def _core_config(model: YoloModel, name: str, max_batch: int) -> Any:
 
 def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: list[str], max_batch: int) -> dict[str, str]:
     """Every text file of the pipeline folder, by its path in the folder."""
-    heads = {"yolo": "[4 + classes, anchors]", "yolo_v5": "[anchors, 5 + classes]", "end2end": "[detections, 6]"}
     header = f"# Written by `python -m builders new-pipeline {name} --from yolo` for {source_name} ({model.head} head)."
     queue = max(16, 2 * max_batch)
-    thresholds = [_tensor("SCORE_THRESHOLD", "TYPE_FP32", [1], True), _tensor("IOU_THRESHOLD", "TYPE_FP32", [1], True)]
-    geometry = [_tensor("IMAGE_SIZE", "TYPE_INT32", [2]), _tensor("IMAGE_TRANSFORM", "TYPE_FP32", [4])]
-    answers = _tensors(
+    written = {
+        layout.RECIPE_FILENAME: _recipe(header, name, model, source_name, sha256, passes),
+        f"{name}/config.pbtxt": _ensemble_config(header, name, max_batch),
+        f"{name}/1/README": "Ensembles hold no files; Triton needs the version folder.\n",
+        f"{name}_preprocess/config.pbtxt": _preprocess_config(header, name, model, max_batch),
+        f"{name}_core/config.pbtxt": _core_config_file(header, name, model, max_batch, queue),
+        f"{name}_postprocess/config.pbtxt": _postprocess_config(header, name, model, max_batch, queue),
+        f"{name}_postprocess/{LABELS_FILE}": "".join(f"{label}\n" for label in model.names),
+    }
+    for role in ("preprocess", "core", "postprocess"):
+        written[f"{name}_{role}/1/model.py"] = (
+            f'"""Triton entry point; the model lives in vision_serving.triton_models.{role} (shared by every pipeline)."""\n\n'
+            f"from vision_serving.triton_models.{role} import TritonPythonModel  # noqa: F401\n"
+        )
+    for variant, (what, backend, parameters, count, delay) in CPU_VARIANTS.items():
+        written[f"{name}_core/configs/{variant}.pbtxt"] = (
+            f"{header}\n# {what}: `tritonserver --model-config-name={variant}`; the same tensors as config.pbtxt.\n"
+            f'name: "{name}_core"\n{backend}\nmax_batch_size: {max_batch}\n{_core_io(model)}\n{_parameters(parameters)}\n'
+            f"{_batching(delay, queue)}\n{_instances('KIND_CPU', count)}\n"
+        )
+    return written
+
+
+def _thresholds() -> list[str]:
+    """The per-request thresholds (optional inputs of the ensemble and the postprocess)."""
+    return [_tensor("SCORE_THRESHOLD", "TYPE_FP32", [1], True), _tensor("IOU_THRESHOLD", "TYPE_FP32", [1], True)]
+
+
+def _geometry() -> list[str]:
+    """What the preprocess hands the postprocess to map boxes back to the photo."""
+    return [_tensor("IMAGE_SIZE", "TYPE_INT32", [2]), _tensor("IMAGE_TRANSFORM", "TYPE_FP32", [4])]
+
+
+def _answers() -> str:
+    """The detection task's outputs (the ensemble's and the postprocess model's)."""
+    return _tensors(
         [
             _tensor("BOXES", "TYPE_FP32", [-1, 4]),
             _tensor("SCORES", "TYPE_FP32", [-1]),
@@ -326,48 +358,11 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
             _tensor("COUNT", "TYPE_INT32", [1]),
         ]
     )
-    request = _tensors([_tensor("IMAGE", "TYPE_STRING", [1]), *thresholds])
-    image = _tensors([_tensor("IMAGE", "TYPE_STRING", [1])])
-    pixels = _tensors([_tensor("PIXELS", "TYPE_UINT8", [3, model.height, model.width]), *geometry])
-    predictions = _tensors([_tensor("PREDICTIONS", "TYPE_FP32", model.output_dims), *geometry, *thresholds])
-    preprocess_parameters = _parameters(
-        {
-            "layout": "NCHW",
-            "color_order": "RGB",
-            "resize": "yolo_letterbox",
-            "interpolation": "bilinear",
-            "pad_value": "114",
-            "mean": "0,0,0",
-            "std": "255,255,255",
-            "accepted_formats": "jpeg,png,webp",
-            "max_image_bytes": "20971520",
-            "max_image_pixels": "50000000",
-            "max_image_side": "32766",
-            "max_jpeg_scans": "64",
-            "opencv_threads": "1",
-            "cpu_share": "1.0",
-            "max_instances": "8",
-            "decode_threads": "1",
-        },
-        drift=True,
-    )
-    postprocess_parameters = _parameters(
-        {
-            "task": "detection",
-            "head": model.head,
-            "labels_file": LABELS_FILE,
-            "score_threshold": str(SCORE_THRESHOLD),
-            "iou_threshold": str(IOU_THRESHOLD),
-            "max_detections": str(MAX_DETECTIONS),
-            "class_agnostic": "false",
-            "clip_to_image": "true",
-            "cpu_share": "0.5",
-            "max_instances": "8",
-        },
-        drift=True,
-    )
-    warmup = "model_warmup [\n" + ",\n".join(_warmup(model, size) for size in sorted({1, max_batch})) + "\n]"
-    recipe = f"""{header}
+
+
+def _recipe(header: str, name: str, model: YoloModel, source_name: str, sha256: str, passes: list[str]) -> str:
+    """pipeline.toml: the ONNX source, its fix passes, package photos for calibration and the gate."""
+    return f"""{header}
 # The build recipe (python -m builders ... --pipeline {name}); tensors and thresholds live in the configs beside it.
 description = "{model.head} detector, {len(model.names)} classes, {model.height}x{model.width} input (from {source_name})"
 
@@ -398,7 +393,13 @@ min_matched_iou = 0.90
 
 [golden]
 """
-    ensemble = f"""{header}
+
+
+def _ensemble_config(header: str, name: str, max_batch: int) -> str:
+    """The ensemble clients call: image bytes and thresholds in, the detections out."""
+    request = _tensors([_tensor("IMAGE", "TYPE_STRING", [1]), *_thresholds()])
+    answers = _answers()
+    return f"""{header}
 # The detector clients call: encoded image bytes in; boxes (x_min, y_min, x_max, y_max in the photo's pixels), scores,
 # class ids, labels and the count out. K is the request's largest count; rows past an image's count are zero.
 name: "{name}"
@@ -439,7 +440,34 @@ ensemble_scheduling {{
   ]
 }}
 """
-    preprocess = f"""{header}
+
+
+def _preprocess_config(header: str, name: str, model: YoloModel, max_batch: int) -> str:
+    """Decode and Ultralytics' letterbox, the pixels handed over as UINT8."""
+    image = _tensors([_tensor("IMAGE", "TYPE_STRING", [1])])
+    pixels = _tensors([_tensor("PIXELS", "TYPE_UINT8", [3, model.height, model.width]), *_geometry()])
+    preprocess_parameters = _parameters(
+        {
+            "layout": "NCHW",
+            "color_order": "RGB",
+            "resize": "yolo_letterbox",
+            "interpolation": "bilinear",
+            "pad_value": "114",
+            "mean": "0,0,0",
+            "std": "255,255,255",
+            "accepted_formats": "jpeg,png,webp",
+            "max_image_bytes": "20971520",
+            "max_image_pixels": "50000000",
+            "max_image_side": "32766",
+            "max_jpeg_scans": "64",
+            "opencv_threads": "1",
+            "cpu_share": "1.0",
+            "max_instances": "8",
+            "decode_threads": "1",
+        },
+        drift=True,
+    )
+    return f"""{header}
 # Decode, validate, then Ultralytics' LetterBox (its predictor on a {model.height}x{model.width} model): fit, cv2.resize linear,
 # centred padding of 114, RGB, NCHW, handed over as UINT8: the / 255 (std below) is folded into the core's graph.
 # IMAGE_SIZE and IMAGE_TRANSFORM let the postprocess map boxes back to the photo.
@@ -452,7 +480,29 @@ output {pixels}
 {_batching(500, 16)}
 {_instances("KIND_CPU", 2)}
 """
-    postprocess = f"""{header}
+
+
+def _postprocess_config(header: str, name: str, model: YoloModel, max_batch: int, queue: int) -> str:
+    """The detection task with the model's head and Ultralytics' predictor defaults."""
+    heads = {"yolo": "[4 + classes, anchors]", "yolo_v5": "[anchors, 5 + classes]", "end2end": "[detections, 6]"}
+    predictions = _tensors([_tensor("PREDICTIONS", "TYPE_FP32", model.output_dims), *_geometry(), *_thresholds()])
+    answers = _answers()
+    postprocess_parameters = _parameters(
+        {
+            "task": "detection",
+            "head": model.head,
+            "labels_file": LABELS_FILE,
+            "score_threshold": str(SCORE_THRESHOLD),
+            "iou_threshold": str(IOU_THRESHOLD),
+            "max_detections": str(MAX_DETECTIONS),
+            "class_agnostic": "false",
+            "clip_to_image": "true",
+            "cpu_share": "0.5",
+            "max_instances": "8",
+        },
+        drift=True,
+    )
+    return f"""{header}
 # The detection task (vision_serving/tasks/detection.py) with the {model.head} head: raw {heads[model.head]} predictions ->
 # boxes in the photo's pixels, with Ultralytics' predictor defaults (conf 0.25, iou 0.7, max_det 300, class-aware NMS).
 name: "{name}_postprocess"
@@ -464,7 +514,12 @@ output {answers}
 {_batching(500, queue)}
 {_instances("KIND_CPU", 1)}
 """
-    core = f"""{header}
+
+
+def _core_config_file(header: str, name: str, model: YoloModel, max_batch: int, queue: int) -> str:
+    """The production core: a TensorRT plan, warmed up at batch 1 and the max batch."""
+    warmup = "model_warmup [\n" + ",\n".join(_warmup(model, size) for size in sorted({1, max_batch})) + "\n]"
+    return f"""{header}
 # The production core: a TensorRT plan on the GPU, built on the node by `python -m builders build-engine` from the
 # precision the ladder chose. Without a GPU, `--model-config-name=cpu` serves configs/cpu.pbtxt (the same tensors).
 name: "{name}_core"
@@ -475,27 +530,6 @@ max_batch_size: {max_batch}
 {_instances("KIND_GPU", 1)}
 {warmup}
 """
-    written = {
-        layout.RECIPE_FILENAME: recipe,
-        f"{name}/config.pbtxt": ensemble,
-        f"{name}/1/README": "Ensembles hold no files; Triton needs the version folder.\n",
-        f"{name}_preprocess/config.pbtxt": preprocess,
-        f"{name}_core/config.pbtxt": core,
-        f"{name}_postprocess/config.pbtxt": postprocess,
-        f"{name}_postprocess/{LABELS_FILE}": "".join(f"{label}\n" for label in model.names),
-    }
-    for role in ("preprocess", "core", "postprocess"):
-        written[f"{name}_{role}/1/model.py"] = (
-            f'"""Triton entry point; the model lives in vision_serving.triton_models.{role} (shared by every pipeline)."""\n\n'
-            f"from vision_serving.triton_models.{role} import TritonPythonModel  # noqa: F401\n"
-        )
-    for variant, (what, backend, parameters, count, delay) in CPU_VARIANTS.items():
-        written[f"{name}_core/configs/{variant}.pbtxt"] = (
-            f"{header}\n# {what}: `tritonserver --model-config-name={variant}`; the same tensors as config.pbtxt.\n"
-            f'name: "{name}_core"\n{backend}\nmax_batch_size: {max_batch}\n{_core_io(model)}\n{_parameters(parameters)}\n'
-            f"{_batching(delay, queue)}\n{_instances('KIND_CPU', count)}\n"
-        )
-    return written
 
 
 def _warmup(model: YoloModel, size: int) -> str:
