@@ -1,6 +1,6 @@
 """The ``quantize`` step: FP32 ONNX -> INT8 Q/DQ ONNX with NVIDIA ModelOpt, calibrated on served-preprocessed photos.
 
-Reads ``core/<version>/model.onnx`` (the ``export`` step) and writes, beside it:
+Reads ``<pipeline>_core/1/model.onnx`` (the ``export`` step) and writes, beside it:
 
 - ``model_int8_qdq.onnx``: explicit quantization, what TensorRT >= 10 builds an
   INT8 engine from and what ``configs/cpu_int8.pbtxt`` serves on onnxruntime:
@@ -14,7 +14,7 @@ Reads ``core/<version>/model.onnx`` (the ``export`` step) and writes, beside it:
 Calibration data is made by ``builders.calibration``: the package calibration
 photos (never the held-out evaluation photos) or ``--calibration-dir``, plus
 seeded augmentations, through the served decoder and preprocessing with the
-spec and limits of ``preprocess/config.pbtxt``. The array is kept in
+spec and limits of ``<pipeline>_preprocess/config.pbtxt``. The array is kept in
 ``.build/calibration/`` with its sha256. When the hash of all inputs matches
 the provenance, the step does nothing.
 
@@ -71,7 +71,7 @@ EARLY_CONVS = 6
 
 DEFAULT_METHOD = "entropy"
 DEFAULT_SAMPLES = 512
-# Measured on the held-out photos (.build/reports/int8_evaluation.md): quantizing everything gives
+# Measured on the classifier's held-out photos (.build/reports/image_classifier/evaluation.md): quantizing everything gives
 # ~88 % top-1 agreement with FP32; per-layer sensitivity put most of the error in the first layers
 # (the stem output's activation quantization above all), then in the depthwise convs. Keeping the
 # first 6 Convs in high precision gives 94.4-96.4 % depending on the evaluation set's size; adding
@@ -412,8 +412,6 @@ def quantize(
     log: Log = log_to_stderr,
 ) -> QuantizeResult:
     """Run the quantize step; returns what it did. Raises ``BuildError`` on failure."""
-    import onnx
-
     started = time.perf_counter()
     source = pipeline.layout.onnx("fp32")
     if not source.is_file():
@@ -427,6 +425,64 @@ def quantize(
     if not force and provenance.is_current(output, expected_hash):
         log(f"up to date ({output.name})")
         return QuantizeResult("up to date", output, provenance_path, json.loads(provenance_path.read_text()))
+
+    made = _quantize_verified(pipeline, options, source, input_name, output.name, log)
+    summary = qdq_summary(made.model)
+    opset = max(o.version for o in made.model.opset_import if o.domain in STANDARD_DOMAINS)
+    built = provenance.Provenance.for_bytes(
+        "quantize",
+        expected_hash,
+        output,
+        made.data,
+        input_hashes={
+            "onnx": record["input_onnx"]["sha256"],
+            "calibration": made.calibration.sha256,
+            "calibration_recipe": made.calibration.recipe_hash,
+        },
+        tools=dict(record["packages"]),
+        inputs=record,
+        extra={
+            "quantizer": _quantizer_record(options, made.exclusions),
+            "calibration": _calibration_record(pipeline, options, made.calibration),
+            "input_onnx": {"file": source.name, "sha256": record["input_onnx"]["sha256"]},
+            "model": {
+                "file": output.name,
+                "opset": opset,
+                "node_count": len(made.model.graph.node),
+                "qdq": summary,
+                "checks": qdq_rules.checks_description(),
+            },
+            "calibration_seconds": round(made.calibration_seconds, 1),
+            "seconds": round(time.perf_counter() - started, 1),
+            "peak_rss_mb": peak_rss_mb(),
+        },
+    )
+    provenance_record = built.to_dict()
+    atomic_write_bytes(output, made.data)
+    built.write(provenance_path)
+    log(
+        f"wrote {output.name} ({len(made.data) / 1e6:.1f} MB, opset {opset}, {summary['quantize_linear']} Q / "
+        f"{summary['dequantize_linear']} DQ; quantized {sum(summary['quantized_ops'].values())} ops) in "
+        f"{built.extra['seconds']} s (ModelOpt {built.extra['calibration_seconds']} s), peak RSS {built.extra['peak_rss_mb']:.0f} MB"
+    )
+    return QuantizeResult("quantized", output, provenance_path, provenance_record)
+
+
+@dataclass(frozen=True)
+class _Quantized:
+    model: Any  # the verified onnx.ModelProto
+    data: bytes  # its serialization: what is written
+    exclusions: dict[str, Any]  # resolve_exclusions
+    calibration: CalibrationSet
+    calibration_seconds: float  # ModelOpt's run
+
+
+def _quantize_verified(
+    pipeline: LoadedPipeline, options: QuantizeOptions, source: Path, input_name: str, output_name: str, log: Log
+) -> _Quantized:
+    """ModelOpt on the FP32 ``source``, calibrated on the pipeline's calibration set, in a scratch
+    folder; the result verified (:func:`verify_quantized`) before anything is written."""
+    import onnx
 
     _require_modules()
     reference = onnx.load(str(source))
@@ -442,7 +498,7 @@ def quantize(
     log_path = WORK_DIR / "modelopt.log"
     calibration_started = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=WORK_DIR) as scratch:
-        candidate = Path(scratch) / output.name
+        candidate = Path(scratch) / output_name
         try:
             run_modelopt(source, candidate, data, input_name, options, exclusions, log_path, pipeline.configs.core().max_batch_size)
         except Exception as error:  # ModelOpt's and onnxruntime's own errors: one line, the log for the rest
@@ -451,74 +507,56 @@ def quantize(
         calibration_seconds = time.perf_counter() - calibration_started
         del data
         quantized = onnx.load(str(candidate))
-        try:
-            onnx.checker.check_model(quantized, full_check=True)
-        except onnx.checker.ValidationError as error:
-            raise VerificationError(f"onnx.checker rejected the quantized graph: {str(error).strip().splitlines()[0]}") from None
-        problems = qdq_violations(quantized)
-        if problems:
-            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-            raise VerificationError(f"the quantized graph is not TensorRT-style INT8: {'; '.join(problems[:5])}{more}")
-        check_io(quantized, reference)
-        model_bytes = candidate.read_bytes()
+        verify_quantized(quantized, reference)
+        return _Quantized(quantized, candidate.read_bytes(), exclusions, calib, calibration_seconds)
 
-    summary = qdq_summary(quantized)
-    opset = max(o.version for o in quantized.opset_import if o.domain in STANDARD_DOMAINS)
-    modelopt_version = package_versions(["nvidia-modelopt"])["nvidia-modelopt"]
-    built = provenance.Provenance.for_bytes(
-        "quantize",
-        expected_hash,
-        output,
-        model_bytes,
-        input_hashes={"onnx": record["input_onnx"]["sha256"], "calibration": calib.sha256, "calibration_recipe": calib.recipe_hash},
-        tools=dict(record["packages"]),
-        inputs=record,
-        extra={
-            "quantizer": {
-                "tool": "nvidia-modelopt",
-                "version": modelopt_version,
-                "api": "modelopt.onnx.quantization.quantize",
-                "quantize_mode": "int8",
-                "calibration_method": options.method,
-                "high_precision_dtype": options.high_precision,
-                "calibration_eps": ["cpu"],
-                "calibration_batch": options.calibration_batch,
-                "exclusions": exclusions,
-                "defaults_rationale": DEFAULT_RATIONALE,
-            },
-            "calibration": {
-                "file": calib.path.name,
-                "sha256": calib.sha256,
-                "samples": calib.count,
-                "seed": options.seed,
-                "source": str(options.calibration_dir or pipeline.recipe.quantize.calibration_dir or "package photos"),
-                "photos": [s["name"] for s in calibration_recipe(pipeline, options)[0]["sources"]],
-                "held_out_photos": list(calibration.photo_split(pipeline)[1]),
-                "profile": calibration.CALIBRATION_PROFILE.name,
-                "recipe_hash": calib.recipe_hash,
-            },
-            "input_onnx": {"file": source.name, "sha256": record["input_onnx"]["sha256"]},
-            "model": {
-                "file": output.name,
-                "opset": opset,
-                "node_count": len(quantized.graph.node),
-                "qdq": summary,
-                "checks": qdq_rules.checks_description(),
-            },
-            "calibration_seconds": round(calibration_seconds, 1),
-            "seconds": round(time.perf_counter() - started, 1),
-            "peak_rss_mb": peak_rss_mb(),
-        },
-    )
-    provenance_record = built.to_dict()
-    atomic_write_bytes(output, model_bytes)
-    built.write(provenance_path)
-    log(
-        f"wrote {output.name} ({len(model_bytes) / 1e6:.1f} MB, opset {opset}, {summary['quantize_linear']} Q / "
-        f"{summary['dequantize_linear']} DQ; quantized {sum(summary['quantized_ops'].values())} ops) in "
-        f"{built.extra['seconds']} s (ModelOpt {built.extra['calibration_seconds']} s), peak RSS {built.extra['peak_rss_mb']:.0f} MB"
-    )
-    return QuantizeResult("quantized", output, provenance_path, provenance_record)
+
+def verify_quantized(quantized: Any, reference: Any) -> None:
+    """What is written is a valid ONNX model (onnx.checker, full check), TensorRT-style explicit
+    INT8 (:func:`qdq_violations`) and keeps the FP32 model's I/O (:func:`check_io`); else
+    ``VerificationError``."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(quantized, full_check=True)
+    except onnx.checker.ValidationError as error:
+        raise VerificationError(f"onnx.checker rejected the quantized graph: {str(error).strip().splitlines()[0]}") from None
+    problems = qdq_violations(quantized)
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise VerificationError(f"the quantized graph is not TensorRT-style INT8: {'; '.join(problems[:5])}{more}")
+    check_io(quantized, reference)
+
+
+def _quantizer_record(options: QuantizeOptions, exclusions: dict[str, Any]) -> dict[str, Any]:
+    """The provenance's ``quantizer``: the tool and every option it ran with."""
+    return {
+        "tool": "nvidia-modelopt",
+        "version": package_versions(["nvidia-modelopt"])["nvidia-modelopt"],
+        "api": "modelopt.onnx.quantization.quantize",
+        "quantize_mode": "int8",
+        "calibration_method": options.method,
+        "high_precision_dtype": options.high_precision,
+        "calibration_eps": ["cpu"],
+        "calibration_batch": options.calibration_batch,
+        "exclusions": exclusions,
+        "defaults_rationale": DEFAULT_RATIONALE,
+    }
+
+
+def _calibration_record(pipeline: LoadedPipeline, options: QuantizeOptions, calib: CalibrationSet) -> dict[str, Any]:
+    """The provenance's ``calibration``: the set, where its photos came from, and the held-out photos it avoided."""
+    return {
+        "file": calib.path.name,
+        "sha256": calib.sha256,
+        "samples": calib.count,
+        "seed": options.seed,
+        "source": str(options.calibration_dir or pipeline.recipe.quantize.calibration_dir or "package photos"),
+        "photos": [s["name"] for s in calibration_recipe(pipeline, options)[0]["sources"]],
+        "held_out_photos": list(calibration.photo_split(pipeline)[1]),
+        "profile": calibration.CALIBRATION_PROFILE.name,
+        "recipe_hash": calib.recipe_hash,
+    }
 
 
 def recipe_options(pipeline: LoadedPipeline, **overrides: Any) -> QuantizeOptions:
