@@ -11,6 +11,7 @@ idle machine is bounded by ``CPUs x 1000 / (server + client CPU ms per request)`
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -79,21 +80,29 @@ INSTRUCTION_SETS = {"AVX2": ("avx2",), "AVX-512": ("avx512f",), "VNNI": ("avx512
 
 
 def machine() -> dict:
-    """The CPU model, its logical CPUs and which of INSTRUCTION_SETS it has (recorded with every figure)."""
-    model, flags = "unknown", set()
+    """The machine every figure is measured on: CPU model, logical and usable CPUs, which of
+    INSTRUCTION_SETS the CPU has, memory, kernel and Python (recorded with every result)."""
+    model, flags, memory_gib = "unknown", set(), None
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name") and model == "unknown":
                 model = line.split(":", 1)[1].strip()
             elif line.startswith("flags"):
                 flags = set(line.split(":", 1)[1].split())
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                memory_gib = round(int(line.split()[1]) / 2**20, 1)
     except OSError:
         pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "cpu_model": model,
+        "logical_cpus": os.cpu_count(),
         "usable_cpus": usable,
         "instruction_sets": {name: any(flag in flags for flag in names) for name, names in INSTRUCTION_SETS.items()},
+        "memory_gib": memory_gib,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
     }
 
 

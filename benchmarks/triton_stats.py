@@ -9,7 +9,10 @@ batch is charged the batch's compute time. Over a window the deltas give:
 - ``avg_batch``: items per execution (1 image per request here, so requests per batch);
 - ``queue_ms``: mean time a request waited in the model's queue (dynamic batcher);
 - ``compute_ms``: mean compute (input + infer + output) of the batch a request was in;
-- ``request_ms``: mean server time of a request in this model (success ns / count).
+- ``request_ms``: mean server time of a request in this model (success ns / count);
+- ``busy_s``: the executions' own compute time (input + infer + output of each batch, once per batch,
+  from ``batch_stats``): ``instances x items / busy_s`` is the model's service rate, what its
+  instances complete while busy (``benchmarks.queue_sizes``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 
 import tritonclient.grpc as grpcclient
 
+BATCH_STAGES = ("compute_input", "compute_infer", "compute_output")
 DURATION_KEYS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 
 
@@ -41,6 +45,7 @@ def snapshot(client: grpcclient.InferenceServerClient, models: list[str]) -> dic
         for key in DURATION_KEYS:
             counters[f"{key}_count"] = _int(inference.get(key, {}).get("count"))
             counters[f"{key}_ns"] = _int(inference.get(key, {}).get("ns"))
+        counters["busy_ns"] = sum(_int(row.get(stage, {}).get("ns")) for row in entry.get("batch_stats", []) for stage in BATCH_STAGES)
         # Several versions would be summed; this repository serves one per model.
         previous = result.get(name)
         result[name] = counters if previous is None else {k: previous[k] + v for k, v in counters.items()}
@@ -72,6 +77,7 @@ def delta(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -
             "compute_infer_ms": per_request("compute_infer"),
             "compute_output_ms": per_request("compute_output"),
             "compute_ms": round(compute_ns / requests / 1e6, 3) if requests else None,
+            "busy_s": round(d["busy_ns"] / 1e9, 4),
         }
     return report
 
