@@ -1,6 +1,5 @@
-"""CPU milliseconds per image of the YOLO postprocessing, by the number of candidates above the score threshold.
-
-    .venv/bin/python -m benchmarks.detection_postprocess [--repeats 5] [--batch 8] [--output benchmarks/results/detection_postprocess.md]
+"""The YOLO postprocessing's CPU cost by the number of candidates above the score threshold
+(``python -m benchmarks.steps --parts detection``).
 
 The postprocess model of a pipeline ``new-pipeline --from yolo`` writes, for the common COCO
 case (80 classes at 640x640: ``yolo`` [N, 84, 8400], ``yolo_v5`` [N, 25200, 85], ``end2end``
@@ -8,28 +7,22 @@ case (80 classes at 640x640: ``yolo`` [N, 84, 8400], ``yolo_v5`` [N, 25200, 85],
 candidates above the score threshold (0.25) and every other anchor below it: the whole
 postprocessing as served (parse + threshold + class-aware hard NMS + the map back to the
 photo + the response tensors), one thread. CPU time (``time.process_time``), best of
-``--repeats``, per image. Candidates are spread over the image and the classes, so NMS keeps
+``repeats``, per image. Candidates are spread over the image and the classes, so NMS keeps
 most of them (the expensive case for the kept-box loop).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks import cpu
 from builders.families import yolo as yolo_family
 from vision_serving import model_config
 from vision_serving.tasks.detection import DetectionPostprocessor
 
-RESULTS = Path(__file__).resolve().parent / "results" / "detection_postprocess.md"
 CLASSES = 80
 SIZE = 640
 CANDIDATES = (0, 10, 100)
@@ -107,41 +100,3 @@ def measure(head: str, candidates: int, batch: int, repeats: int, folder: Path) 
         once()
         best = min(best, time.process_time() - started)
     return {"ms_per_image": best * 1e3 / batch, "kept_per_image": float(np.mean(outputs["COUNT"]))}
-
-
-def main(argv: list[str] | None = None) -> int:
-    import tempfile
-
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.detection_postprocess", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--output", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    machine = cpu.machine()
-    rows: dict[str, dict[int, dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for head in HEADS:
-            rows[head] = {n: measure(head, n, args.batch, args.repeats, Path(scratch)) for n in CANDIDATES}
-            print(f"{head}: " + ", ".join(f"{n}: {r['ms_per_image']:.2f} ms" for n, r in rows[head].items()), file=sys.stderr)
-    lines = [
-        "# YOLO postprocessing: CPU ms per image by candidates above the score threshold",
-        f"Command: `python -m benchmarks.detection_postprocess --repeats {args.repeats} --batch {args.batch}`  ",
-        f"Run: {datetime.now(UTC).isoformat(timespec='seconds')}; {cpu.describe(machine)}.  ",
-        f"80 classes at 640x640, batches of {args.batch}, one thread; candidates spread over the image and the classes.",
-        "",
-        "| head | raw output per image | " + " | ".join(f"{n} candidates" for n in CANDIDATES) + " |",
-        "|---|---|" + "---:|" * len(CANDIDATES),
-    ]
-    for head, by_count in rows.items():
-        cells = " | ".join(f"{r['ms_per_image']:.2f} ms ({r['kept_per_image']:.0f} kept)" for r in by_count.values())
-        lines.append(f"| {head} | {HEADS[head]} | {cells} |")
-    text = "\n".join(lines) + "\n"
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    args.output.with_suffix(".json").write_text(json.dumps({"machine": machine, "batch": args.batch, "results": rows}, indent=2) + "\n")
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
