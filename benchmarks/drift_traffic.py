@@ -1,20 +1,17 @@
 """Day-one p-values of a product's traffic against the default (held-out) drift reference and against
-one built from a sample of that traffic with ``builders drift-reference --photos``.
-
-    .venv/bin/python -m benchmarks.drift_user_reference [--reference 256] [--window 512]
+one built from a sample of that traffic with ``builders drift-reference --photos``
+(``python -m benchmarks.whatif --drift-reference``).
 
 The "traffic" is a product that normalizes uploads: the installed package photos, each seeded
 augmentation (the evaluation profile: crops, color, blur) resized to 1024x768 and sent as JPEG
-(quality 80-92). Two disjoint seeded samples of it: ``--reference`` photos written to a folder and
+(quality 80-92). Two disjoint seeded samples of it: ``reference`` photos written to a folder and
 built into a reference with ``--photos`` (a copy of the classifier in .build/, never the served
-repository's), and a window of ``--window`` images, whose features (computed on the same served
+repository's), and a window of ``window`` images, whose features (computed on the same served
 path) are tested against both references as a full window of the served monitor would be.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -64,12 +61,9 @@ def p_values(
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.drift_user_reference", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference", type=int, default=256, help="traffic photos the user reference is built from")
-    parser.add_argument("--window", type=int, default=512, help="images in the tested window")
-    args = parser.parse_args(argv)
-
+def p_value_rows(reference_count: int, window_count: int) -> list[dict[str, object]]:
+    """One row per drift feature of the classifier's preprocess and postprocess models: the window's p-value
+    against the held-out reference and against the user reference."""
     source = layout.pipeline("image_classifier")
     shutil.rmtree(ROOT, ignore_errors=True)
     shutil.copytree(
@@ -79,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     held_out = drift_reference.build(loaded.load(copy), force=True, log=lambda message: None)
     held_out_copy = ROOT / "held_out_reference.json"
     shutil.copy2(held_out, held_out_copy)
-    traffic(ROOT / "reference_photos", args.reference, seed=1)
-    traffic(ROOT / "window_photos", args.window, seed=2)
+    traffic(ROOT / "reference_photos", reference_count, seed=1)
+    traffic(ROOT / "window_photos", window_count, seed=2)
     user = drift_reference.build(loaded.load(copy), photos=ROOT / "reference_photos", log=lambda message: print(message, file=sys.stderr))
     # The window's features, on the same served path (a reference built from the window's photos).
     window_repository = ROOT / "window_repository"
@@ -89,19 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     window_path = drift_reference.build(loaded.load(window_copy), photos=ROOT / "window_photos", log=lambda message: None)
     models = (copy.model_name("preprocess"), copy.model_name("postprocess"))
     window = {model: drift.load_reference(window_path, model) for model in models}
-    settings = {
-        model: drift.DriftSettings.from_config(model_config.load_config(copy.repository / model)) for model in models
-    }  # defaults: no selection
-    report = {
-        "traffic": f"package photos augmented (evaluation profile), {SIZE[0]}x{SIZE[1]} JPEG q80-92",
-        "reference_photos": args.reference,
-        "window": args.window,
-        "held_out_reference": p_values(held_out_copy, window, settings),
-        "user_reference": p_values(user, window, settings),
-    }
-    print(json.dumps(report, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    # The served settings (min_samples), no feature selection.
+    settings = {model: drift.DriftSettings.from_config(model_config.load_config(copy.repository / model)) for model in models}
+    held_out_p, user_p = p_values(held_out_copy, window, settings), p_values(user, window, settings)
+    return [
+        {"model": model, "feature": feature, "held_out": value, "user": user_p[model].get(feature)}
+        for model, values in held_out_p.items()
+        for feature, value in values.items()
+    ]
