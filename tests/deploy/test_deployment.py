@@ -363,7 +363,7 @@ def test_the_servers_cpu_and_memory_follow_from_the_sizing_and_the_measured_cost
     """CPU request = limit (the sizing reads the limit; the scheduler reserves what is sized for); memory
     covers what the planner computes for that limit from the committed measurements, the 1 GiB /dev/shm
     and the CUDA/TensorRT host allowance docs/sizing.md names."""
-    from benchmarks import capacity
+    from devtools import capacity
 
     resources = triton["resources"]
     assert resources["requests"]["cpu"] == resources["limits"]["cpu"]

@@ -1,4 +1,4 @@
-"""benchmarks.capacity: measured CPU costs -> vCPUs, memory and pods for a pipeline, a mix and a target."""
+"""devtools.capacity (the planner of the benchmarks' measurements): measured CPU costs -> vCPUs, memory and pods for a pipeline, a mix and a target."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from benchmarks import capacity
+from devtools import capacity
 
 MACHINE = {"cpu_model": "Test CPU", "usable_cpus": 2, "instruction_sets": {"AVX2": True, "AVX-512": False, "VNNI": False, "AMX": False}}
 
@@ -76,4 +76,4 @@ def test_the_command_prints_the_plan_and_the_table(tmp_path, capsys):
     assert "pods needed:       3" in out and "Test CPU, 2 CPUs, AVX2 yes" in out
     assert out.count("| p |") == len(capacity.MIXES)
     assert capacity.main(["--costs", str(tmp_path / "missing.json")]) == 2
-    assert "run `python -m benchmarks.capacity --measure`" in capsys.readouterr().err
+    assert "run `python -m devtools.capacity --measure`" in capsys.readouterr().err

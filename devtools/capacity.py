@@ -1,17 +1,18 @@
 """Capacity planner: the vCPUs and memory per pod, the pods, and how far one GPU is used, for a pipeline,
 an upload mix and a target throughput.
 
-    python -m benchmarks.capacity --pipeline image_classifier --mix web --target 2000 [--gpu-images-per-s 3000]
-    python -m benchmarks.capacity --all [--gpu-images-per-s 3000]     # every pipeline x mix (the README's table)
-    python -m benchmarks.capacity --measure                           # measure this machine first
+    python -m devtools.capacity --pipeline image_classifier --mix web --target 2000 [--gpu-images-per-s 3000]
+    python -m devtools.capacity --all [--gpu-images-per-s 3000]     # every pipeline x mix (the README's table)
+    python -m devtools.capacity --measure                           # measure this machine first
 
 On a GPU node the core is TensorRT and fast; what each image costs the pod's CPUs is the CPU steps
 and Triton's own work around them. The planner's inputs, measured on the machine it runs on by
 ``--measure`` and recorded with its CPU model and flags (``benchmarks/results/capacity.json``):
 
 - **step costs**: CPU ms per image of the served decode, preprocessing (resize, crop, layout) and
-  postprocessing, one thread (as each sized worker runs), per upload kind (thumbnail, web, 12 MP
-  phone photos: ``benchmarks/images.py``), through the served code (``vision_serving.served``);
+  postprocessing, and the drift statistics the configs enable, one thread (as each sized worker
+  runs), per upload kind (thumbnail, web, 12 MP phone photos: ``benchmarks/images.py``), through the
+  served code (``benchmarks.steps.served_costs``, the per-step costs of ``python -m benchmarks.steps``);
 - **serving overhead**: the local tritonserver under load (web photos, one per gRPC request), its
   own process and each preprocess/postprocess instance's CPU per request, minus the same steps
   in-process: gRPC, the ensemble scheduler, the Python backend's shared-memory hand-over. The core's
@@ -32,7 +33,6 @@ import json
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -43,12 +43,12 @@ import numpy as np
 import yaml
 
 from benchmarks import cpu, images
-from benchmarks.pipelines import ensemble_sender, in_process
-from devtools import loadgen
-from devtools.triton_server import LocalTritonServer
-from vision_serving import cpu_sizing, drift, layout, model_config
+from vision_serving import cpu_sizing, layout, model_config
 
-RESULTS = Path(__file__).resolve().parent / "results" / "capacity.json"
+# The measuring imports the served code (onnxruntime), the load generator and the server launcher
+# inside the functions that measure: planning from measured costs needs none of them.
+
+RESULTS = layout.REPOSITORY_ROOT / "benchmarks" / "results" / "capacity.json"
 KINDS = ("thumbnail", "web", "phone")
 MIXES = (*KINDS, "mix")
 DEFAULT_GPU_IMAGES_PER_S = 3000.0
@@ -197,44 +197,13 @@ def render_table(costs: dict[str, Any], gpu_images_per_s: float, vcpus_per_pod: 
 # ---------------------------------------------------------------------------- measuring
 
 
-def _cpu_ms(function: Any, count: int, repeats: int) -> float:
-    """CPU ms per item of ``function`` (handling ``count`` items), best of ``repeats`` after a warm-up."""
-    function()
-    best = math.inf
-    for _ in range(repeats):
-        started = time.process_time()
-        function()
-        best = min(best, time.process_time() - started)
-    return best * 1e3 / count
-
-
-def _drift_enabled(config: Any) -> bool:
-    return all(key in config.parameters for key in drift.PARAMETERS) and drift.DriftSettings.from_config(config).enabled
-
-
-def _kind_costs(served: Any, kind: str, repeats: int) -> dict[str, float]:
-    payloads = [payload.data for payload in images.upload_mix(kind)]
-    decoded = [served.decode(data) for data in payloads]
-    tensors = served.with_core(served.preprocessed(decoded))
-    result = served.postprocess(tensors)
-    costs = {
-        "decode": _cpu_ms(lambda: [served.decode(data) for data in payloads], len(payloads), repeats),
-        "preprocess": _cpu_ms(lambda: served.preprocess(decoded), len(payloads), repeats),
-        "postprocess": _cpu_ms(lambda: served.postprocess(tensors).outputs(), len(payloads), max(repeats, 10)),
-    }
-    # The drift statistics each step computes per image when its config enables them.
-    if _drift_enabled(served.configs.preprocess):
-        costs["preprocess_drift"] = _cpu_ms(lambda: served.image_features(payloads, decoded), len(payloads), repeats)
-    if _drift_enabled(served.configs.postprocess):
-        costs["postprocess_drift"] = _cpu_ms(result.features, len(payloads), max(repeats, 10))
-    return costs
-
-
 def step_costs(pipeline: layout.Pipeline, repeats: int) -> dict[str, dict[str, float]]:
     """CPU ms per image of the CPU steps, per upload kind, through the served code with the served
     thread settings (one OpenCV thread, as each sized worker runs)."""
-    served = in_process(pipeline)
-    return {kind: _kind_costs(served, kind, repeats) for kind in KINDS}
+    from benchmarks import inprocess, steps
+
+    served = inprocess.load(pipeline)
+    return {kind: steps.served_costs(served, [p.data for p in images.upload_mix(kind)], repeats, core=False) for kind in KINDS}
 
 
 def _processes(root: int) -> dict[int, tuple[str, float, int]]:
@@ -265,6 +234,10 @@ def _snapshot(snapshots: list[dict[int, tuple[str, float, int]]], root: int) -> 
 
 def serving_costs(pipelines: list[layout.Pipeline], duration_s: float, concurrency: int) -> dict[str, Any]:
     """Per pipeline: the server's and each CPU step's CPU ms per request under load, and instance memory."""
+    from benchmarks.senders import ensemble_sender
+    from devtools import loadgen
+    from devtools.triton_server import LocalTritonServer
+
     payloads = [payload.data for payload in images.upload_mix("web")]
     server = LocalTritonServer(
         http_port=loadgen.free_port(),
@@ -352,6 +325,10 @@ def measure(repeats: int, duration_s: float, concurrency: int, command: str, rep
 
 def scaling(pipeline: layout.Pipeline, cpu_sets: list[frozenset[int]], rounds: int, duration_s: float, concurrency: int) -> str:
     """The server pinned to each CPU set (sized to it) side by side, windows alternating: throughput follows the CPUs."""
+    from benchmarks.senders import ensemble_sender
+    from devtools import loadgen
+    from devtools.triton_server import LocalTritonServer
+
     payloads = [payload.data for payload in images.upload_mix("web")]
     servers = []
     for cpu_set in cpu_sets:
@@ -398,12 +375,12 @@ def scaling(pipeline: layout.Pipeline, cpu_sets: list[frozenset[int]], rounds: i
 
 def load(path: Path = RESULTS) -> dict[str, Any]:
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no measured costs; run `python -m benchmarks.capacity --measure` on this machine first")
+        raise FileNotFoundError(f"{path}: no measured costs; run `python -m devtools.capacity --measure` on this machine first")
     return json.loads(path.read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.capacity", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m devtools.capacity", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pipeline", help="the pipeline to plan for")
     parser.add_argument("--mix", default="web", choices=MIXES, help="the upload mix (default: %(default)s)")
     parser.add_argument("--target", type=float, default=1000.0, help="images per second to serve (default: %(default)s)")
@@ -437,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.measure:
-            command = " ".join(["python -m benchmarks.capacity", *(argv if argv is not None else sys.argv[1:])])
+            command = " ".join(["python -m devtools.capacity", *(argv if argv is not None else sys.argv[1:])])
             costs = measure(args.repeats, args.duration, args.concurrency, command, args.model_repository)
             args.costs.parent.mkdir(parents=True, exist_ok=True)
             args.costs.write_text(json.dumps(costs, indent=2) + "\n")
