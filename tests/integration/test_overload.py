@@ -3,7 +3,7 @@
     .venv/bin/python -m pytest tests/integration/test_overload.py -s    # prints the figures
 
 Every composing model bounds its queue (``default_queue_policy``, sizes from
-``python -m benchmarks.queues``, docs/design.md "Queues and overload"). Here
+``python -m benchmarks.systems --service-rates``, docs/design.md "Queues and overload"). Here
 ``OVERLOAD_CONCURRENCY`` clients send back to back with the raw tritonclient (no
 retries) for ``DURATION_S`` while a low-rate client sends one request every
 ``TRICKLE_PERIOD_S``. Rejected requests must be UNAVAILABLE "Exceeds maximum queue
@@ -12,9 +12,9 @@ accepted requests' p99 within every step's full-queue wait plus its execution;
 the low-rate client keeps being served throughout. A step's full-queue wait is
 its max_queue_size over its service rate, both measured by Triton over the same
 run (instances x images / busy time): the budget the sizes were derived for
-(250 ms at the rates benchmarks.queues measured), as fast as this shared machine
+(250 ms at the service rates the systems benchmark measured), as fast as this shared machine
 runs now. The bounds carry a factor ``NOISE`` for client threads and scheduling. The unbounded comparison (previous
-behaviour) is in the benchmark, not here: ``python -m benchmarks.queues --overload 36``.
+behaviour) is in the benchmark, not here: ``python -m benchmarks.whatif --overload 36``.
 """
 
 from __future__ import annotations
