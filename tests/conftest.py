@@ -126,9 +126,8 @@ def built_repository() -> Path:
 
 
 @pytest.fixture(scope="session")
-def triton_server(built_repository, tmp_path_factory):
-    """A real tritonserver serving the model repository with the CPU core."""
-    from devtools.loadgen import running_server
-
-    with running_server(built_repository, tmp_path_factory.mktemp("triton")) as server:
-        yield server
+def triton_server(production_server):
+    """The run's shared tritonserver: the model image's content served the way the server image serves
+    it, through its entry script with the Deployment's flags (tests/support/deployment.py). Its
+    restricted APIs (model repository, shared memory, logging, trace) want the admin key."""
+    return production_server

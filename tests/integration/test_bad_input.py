@@ -28,7 +28,8 @@ import tritonclient.http as httpclient
 from PIL import Image
 from tritonclient.utils import InferenceServerException
 
-from devtools.loadgen import GOLDEN_LABELS, copy_repository, running_server, stub_processes
+from devtools.loadgen import GOLDEN_LABELS, stub_processes
+from tests.support.deployment import ADMIN_HEADER, ADMIN_KEY, admin_grpc_headers, admin_http_headers
 from vision_serving import layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
@@ -389,27 +390,28 @@ def test_request_parameters_cannot_redirect_files(triton_server, photo_bytes):
 
 
 def test_server_file_paths_cannot_be_set_over_the_network(triton_server, tmp_path):
-    """Triton 2.51 refuses log and trace file locations from clients (501); nothing is written."""
+    """Triton 2.51 refuses log and trace file locations from clients (501), even with the admin key; nothing is written."""
     for path, body in (
         ("/v2/logging", {"log_file": str(tmp_path / "client.log")}),
         ("/v2/trace/setting", {"trace_file": str(tmp_path / "client.trace"), "trace_level": ["TIMESTAMPS"]}),
     ):
-        status, message = http_post(triton_server, path, body)
+        status, message = http_post(triton_server, path, body, admin_http_headers())
         assert status == 501 and "can not be updated through network protocol" in message, (path, status, message)
     assert list(tmp_path.iterdir()) == []
 
 
-def test_model_control_is_off_by_default(triton_server):
-    """The default (--model-control-mode=none): load and unload requests are refused, the models stay."""
+def test_model_control_is_off(triton_server):
+    """The Deployment's --model-control-mode=none: load and unload requests are refused, even with the
+    admin key, and the models stay."""
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)
-    for call in (lambda: client.load_model("image_classifier_core"), lambda: client.unload_model("image_classifier_core")):
+    admin = admin_grpc_headers()
+    for call in (
+        lambda: client.load_model("image_classifier_core", headers=admin),
+        lambda: client.unload_model("image_classifier_core", headers=admin),
+    ):
         with pytest.raises(InferenceServerException, match="not allowed"):
             call()
     assert client.is_model_ready("image_classifier_core") and client.is_model_ready(MODEL)
-
-
-ADMIN_KEY = ("admin-key", "s3cret-for-tests")
-RESTRICTED = "model-repository,shared-memory,logging,trace:{}={}".format(*ADMIN_KEY)
 
 
 def http_post(server, path: str, body: dict, headers: dict | None = None) -> tuple[int, str]:
@@ -423,40 +425,32 @@ def http_post(server, path: str, body: dict, headers: dict | None = None) -> tup
         return error.code, error.read().decode()
 
 
-def test_restricted_admin_apis_need_the_key(built_repository, tmp_path, photo_bytes):
-    """--http-restricted-api / --grpc-restricted-protocol: model control, shared-memory
+def test_restricted_admin_apis_need_the_key(triton_server, photo_bytes):
+    """The Deployment's --http-restricted-api / --grpc-restricted-protocol: model control, shared-memory
     registration, log and trace settings need the key (gRPC sends it as
-    'triton-grpc-protocol-<key>'); inference and health do not."""
-    repository = copy_repository(built_repository, tmp_path / "repo")
-    flags = [
-        "--model-control-mode=explicit",
-        "--load-model=*",
-        f"--http-restricted-api={RESTRICTED}",
-        f"--grpc-restricted-protocol={RESTRICTED}",
-    ]
-    key, value = ADMIN_KEY
-    with running_server(repository, tmp_path / "logs", flags, exit_timeout_secs=5) as server:
-        shm = {"key": "/triton_test_region", "offset": 0, "byte_size": 64}
-        for headers in ({}, {key: "wrong"}):
-            assert http_post(server, "/v2/repository/index", {}, headers)[0] == 403
-            assert http_post(server, "/v2/repository/models/image_classifier_core/unload", {}, headers)[0] == 403
-            assert http_post(server, "/v2/systemsharedmemory/region/r/register", shm, headers)[0] == 403
-            assert http_post(server, "/v2/logging", {"log_verbose_level": 3}, headers)[0] == 403
-            assert http_post(server, "/v2/trace/setting", {"trace_rate": "1"}, headers)[0] == 403
-        status, body = http_post(server, "/v2/repository/index", {}, {key: value})
-        assert status == 200 and '"image_classifier_core"' in body
+    'triton-grpc-protocol-<header>'); inference and health do not."""
+    shm = {"key": "/triton_test_region", "offset": 0, "byte_size": 64}
+    for headers in ({}, {ADMIN_HEADER: "wrong"}):
+        assert http_post(triton_server, "/v2/repository/index", {}, headers)[0] == 403
+        assert http_post(triton_server, "/v2/repository/models/image_classifier_core/unload", {}, headers)[0] == 403
+        assert http_post(triton_server, "/v2/systemsharedmemory/region/r/register", shm, headers)[0] == 403
+        assert http_post(triton_server, "/v2/logging", {"log_verbose_level": 3}, headers)[0] == 403
+        assert http_post(triton_server, "/v2/trace/setting", {"trace_rate": "1"}, headers)[0] == 403
+    status, body = http_post(triton_server, "/v2/repository/index", {}, admin_http_headers())
+    assert status == 200 and '"image_classifier_core"' in body
 
-        client = grpcclient.InferenceServerClient(server.grpc_url)
-        for headers in ({}, {key: value}, {f"triton-grpc-protocol-{key}": "wrong"}):
-            with pytest.raises(InferenceServerException, match="restricted") as error:
-                client.unload_model("image_classifier_core", headers=headers)
-            assert "UNAVAILABLE" in str(error.value.status())
-            with pytest.raises(InferenceServerException, match="restricted"):
-                client.register_system_shared_memory("r", "/triton_test_region", 64, headers=headers)
-        admin = {f"triton-grpc-protocol-{key}": value}
-        assert {m.name for m in client.get_model_repository_index(headers=admin).models} >= {"image_classifier_core", MODEL}
+    client = grpcclient.InferenceServerClient(triton_server.grpc_url)
+    plain = {ADMIN_HEADER.lower(): ADMIN_KEY}  # the HTTP header's name is not the gRPC metadata key
+    wrong = dict.fromkeys(admin_grpc_headers(), "wrong")
+    for headers in ({}, plain, wrong):
+        with pytest.raises(InferenceServerException, match="restricted") as error:
+            client.unload_model("image_classifier_core", headers=headers)
+        assert "UNAVAILABLE" in str(error.value.status())
+        with pytest.raises(InferenceServerException, match="restricted"):
+            client.register_system_shared_memory("r", "/triton_test_region", 64, headers=headers)
+    assert {m.name for m in client.get_model_repository_index(headers=admin_grpc_headers()).models} >= {"image_classifier_core", MODEL}
 
-        # Inference and health stay open, and nothing was unloaded.
-        result = client.infer(MODEL, [image_tensor(grpcclient, [photo_bytes["coffee"]])])
-        assert result.as_numpy("LABELS")[0, 0].decode() in GOLDEN_LABELS["coffee"]
-        assert client.is_server_ready() and client.is_model_ready("image_classifier_core")
+    # Inference and health stay open, and nothing was unloaded.
+    result = client.infer(MODEL, [image_tensor(grpcclient, [photo_bytes["coffee"]])])
+    assert result.as_numpy("LABELS")[0, 0].decode() in GOLDEN_LABELS["coffee"]
+    assert client.is_server_ready() and client.is_model_ready("image_classifier_core")

@@ -13,68 +13,23 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from devtools import model_image
-from devtools.loadgen import free_port
-from devtools.triton_server import LocalTritonServer
 from tests.support.deployment import (
     ADMIN_KEY,
     DRIFT_BATCH,
     ENTRY_COMMAND,
-    ENTRY_SCRIPT,
     GPU_ONLY_METRICS,
     LIVENESS_SCRIPT,
     PIPELINES,
     PROMETHEUS_BUILTINS,
-    ROOT_FLAG,
     STEPS,
-    flag_values,
     used_metric_names,
 )
 from vision_serving import layout
-
-
-@dataclass
-class EntryScriptServer(LocalTritonServer):
-    """The local tritonserver started the way the images start it: through the entry script,
-    which must find every pipeline under --pipelines-root and add its --model-repository."""
-
-    bin_dir: Path = Path("/nonexistent")
-
-    def command(self) -> list[str]:
-        from devtools.triton_server import server_environment
-
-        binary, *arguments = super().command()
-        (self.bin_dir / "tritonserver").symlink_to(binary)
-        arguments = [a for a in arguments if not a.startswith("--model-repository=")]
-        path = f"{self.bin_dir}:{server_environment()['PATH']}"
-        sized = self.bin_dir / "sized-models"  # this test's own, not the image's /tmp/sized-models
-        return [
-            "env",
-            f"PATH={path}",
-            f"SIZED_MODELS_DIR={sized}",
-            "bash",
-            str(ENTRY_SCRIPT),
-            f"{ROOT_FLAG}={self.model_repository}",
-            *arguments,
-        ]
-
-
-@pytest.fixture(scope="module")
-def model_image_context(built_repository, tmp_path_factory) -> Path:
-    """The model image's build context, staged from the built repository as the README says: after
-    `python -m builders all` (the precision ladder's served_precision.json travels in the image)."""
-    from builders.build_all import run_all
-
-    assert run_all(list(layout.pipelines(built_repository))) == 0, "python -m builders all failed"
-    context = tmp_path_factory.mktemp("model-image")
-    assert model_image.main(["--model-repository", str(built_repository), "--output", str(context)]) == 0
-    return context
 
 
 @pytest.mark.integration
@@ -93,32 +48,6 @@ def test_the_model_image_holds_every_built_model_and_no_plan(model_image_context
     source = {p.relative_to(built_repository) for pipe in PIPELINES for p in pipe.repository.rglob("*") if p.is_file()}
     assert shipped == {p for p in source if not model_image.excluded(p)}
     assert not any(p.name.endswith(".plan") or "__pycache__" in p.parts for p in shipped)
-
-
-@pytest.fixture(scope="module")
-def production_server(triton, model_image_context, tmp_path_factory):
-    """The local tritonserver 2.51 (CPU core) started through docker/tritonserver-pipelines.sh with the
-    Deployment's own flags, serving the model image's content (what the `models` init container copies)."""
-    env = {"TRITON_ADMIN_KEY": ADMIN_KEY}
-    local = {ROOT_FLAG, "--http-port", "--grpc-port", "--metrics-port", "--exit-timeout-secs"}
-    arguments = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in triton["args"] if a.split("=", 1)[0] not in local]
-    directory = tmp_path_factory.mktemp("production-flags")
-    server = EntryScriptServer(
-        http_port=free_port(),
-        grpc_port=free_port(),
-        metrics_port=free_port(),
-        model_repository=model_image_context / model_image.STAGED_REPOSITORY,
-        exit_timeout_secs=int(flag_values(triton["args"])["--exit-timeout-secs"]),
-        extra_args=arguments,
-        log_file=directory / "tritonserver.log",
-        bin_dir=directory,
-    )
-    server.start()
-    try:
-        server.wait_ready(timeout_s=240)
-        yield server
-    finally:
-        server.stop()
 
 
 def http_status(url: str, method: str = "GET", headers: dict[str, str] | None = None, data: bytes | None = None) -> int:

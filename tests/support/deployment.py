@@ -14,11 +14,14 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devtools.triton_server import LocalTritonServer
 from vision_serving import layout
 
 ROOT = layout.REPOSITORY_ROOT
@@ -300,3 +303,99 @@ def used_metric_names(objects) -> set[str]:
         names |= set(re.findall(r"\b((?:nv|vision)_[a-z_]+)\b", text))
         names |= {"up"} & set(re.findall(r"\b(up)\{", text))
     return names
+
+
+# --------------------------------------------------------------------------- the shared server: the image's way, the Deployment's flags
+
+ADMIN_HEADER = "X-Triton-Admin-Key"  # the header the Deployment's --http-restricted-api names
+
+
+def admin_http_headers() -> dict[str, str]:
+    """What an operator sends to the restricted HTTP APIs of :func:`production_server`."""
+    return {ADMIN_HEADER: ADMIN_KEY}
+
+
+def admin_grpc_headers() -> dict[str, str]:
+    """The same key over gRPC: Triton reads it from the ``triton-grpc-protocol-<header>`` metadata."""
+    return {f"triton-grpc-protocol-{ADMIN_HEADER.lower()}": ADMIN_KEY}
+
+
+def deployment_container(name: str = "triton") -> dict[str, Any]:
+    """The Deployment's container as written in k8s/server/deployment.yaml (the rendered one is
+    checked to be the same by tests/deploy/test_deployment.py), read without kubectl."""
+    import yaml
+
+    (deployment,) = [d for d in yaml.safe_load_all((K8S / "server" / "deployment.yaml").read_text()) if d and d["kind"] == "Deployment"]
+    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    return container
+
+
+@dataclass
+class EntryScriptServer(LocalTritonServer):
+    """The local tritonserver started the way the images start it: through the entry script,
+    which must find every pipeline under --pipelines-root and add its --model-repository."""
+
+    bin_dir: Path = Path("/nonexistent")
+
+    def command(self) -> list[str]:
+        from devtools.triton_server import server_environment
+
+        binary, *arguments = super().command()
+        (self.bin_dir / "tritonserver").symlink_to(binary)
+        arguments = [a for a in arguments if not a.startswith("--model-repository=")]
+        path = f"{self.bin_dir}:{server_environment()['PATH']}"
+        sized = self.bin_dir / "sized-models"  # this server's own, not the image's /tmp/sized-models
+        return [
+            "env",
+            f"PATH={path}",
+            f"SIZED_MODELS_DIR={sized}",
+            "bash",
+            str(ENTRY_SCRIPT),
+            f"{ROOT_FLAG}={self.model_repository}",
+            *arguments,
+        ]
+
+
+@pytest.fixture(scope="session")
+def model_image_context(built_repository, tmp_path_factory) -> Path:
+    """The model image's build context, staged from the built repository as the README says: after
+    `python -m builders all` (the precision ladder's served_precision.json travels in the image)."""
+    from builders.build_all import run_all
+    from devtools import model_image
+
+    assert run_all(list(layout.pipelines(built_repository))) == 0, "python -m builders all failed"
+    context = tmp_path_factory.mktemp("model-image")
+    assert model_image.main(["--model-repository", str(built_repository), "--output", str(context)]) == 0
+    return context
+
+
+@pytest.fixture(scope="session")
+def production_server(model_image_context, tmp_path_factory) -> Iterator[EntryScriptServer]:
+    """The local tritonserver 2.51 (CPU core) started through docker/tritonserver-pipelines.sh with the
+    Deployment's own flags (model control off, the restricted APIs behind ADMIN_KEY, summary latencies),
+    serving the model image's content (what the `models` init container copies). Every integration test
+    that needs "a server" shares this one (tests/conftest.py's ``triton_server``)."""
+    from devtools import model_image
+    from devtools.loadgen import free_port
+
+    container = deployment_container()
+    env = {"TRITON_ADMIN_KEY": ADMIN_KEY}
+    local = {ROOT_FLAG, "--http-port", "--grpc-port", "--metrics-port", "--exit-timeout-secs"}
+    arguments = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in container["args"] if a.split("=", 1)[0] not in local]
+    directory = tmp_path_factory.mktemp("production-flags")
+    server = EntryScriptServer(
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        model_repository=model_image_context / model_image.STAGED_REPOSITORY,
+        exit_timeout_secs=int(flag_values(container["args"])["--exit-timeout-secs"]),
+        extra_args=arguments,
+        log_file=directory / "tritonserver.log",
+        bin_dir=directory,
+    )
+    server.start()
+    try:
+        server.wait_ready(timeout_s=240)
+        yield server
+    finally:
+        server.stop()
