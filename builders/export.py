@@ -181,8 +181,6 @@ class _temporary_model:
 
 
 def _export_converted(loaded: LoadedPipeline, force: bool, log: Log) -> ExportResult:
-    import onnx
-
     from builders import fix_onnx
 
     started = time.perf_counter()
@@ -194,49 +192,13 @@ def _export_converted(loaded: LoadedPipeline, force: bool, log: Log) -> ExportRe
     if not force and provenance.is_current(output, expected):
         log(f"{output.relative_to(layout.REPOSITORY_ROOT) if output.is_relative_to(layout.REPOSITORY_ROOT) else output} is up to date")
         return ExportResult("up to date", output, json.loads(layout.provenance_path(output).read_text()))
-    extra: dict[str, Any] = {}
-    if recipe.source.kind == "tflite":
-        from builders import tflite
-
-        converted = pipeline.build_dir / "source.onnx"
-        converted.parent.mkdir(parents=True, exist_ok=True)
-        log(f"converting {source_file.name} with tf2onnx (opset {recipe.source.opset}) in its own environment...")
-        tflite.convert_to_onnx(source_file, converted, recipe.source.opset, log)
-        unfixed = onnx.load(str(converted))
-        params = tflite.transpose_conv_params(source_file)
-        extra["tflite_custom_options"] = [vars(item) if hasattr(item, "__dict__") else str(item) for item in params]
-    else:
-        unfixed = fix_onnx.load_model(source_file)
+    unfixed, extra = _converted(loaded, source_file, log)
     options = fix_onnx.options_for_core(loaded.configs.core(), None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
     result = fix_onnx.fix_model(unfixed, list(recipe.fix.passes), options, log)
     if recipe.source.kind == "tflite":
-        import onnx_graphsurgeon as gs
-
-        from builders import tflite
-        from builders.passes import convolution_2d_transpose_bias as transpose_pass
-
-        disagreements = transpose_pass.check_against_tflite(
-            gs.import_onnx(onnx.shape_inference.infer_shapes(unfixed)), tflite.transpose_conv_params(source_file)
-        )
-        if disagreements:
-            raise CheckFailed("the shapes and the TFLite custom options disagree: " + "; ".join(disagreements))
-    from builders.passes import reference_ops
-
-    spec = loaded.configs.spec
-    pixels = _served_batch(loaded, VERIFY_PHOTOS)  # what the preprocess hands the core: float32, or uint8 to normalize in it
-    floats = preprocessing.normalize_pixels(pixels, spec) if spec.pixel_dtype == "uint8" else pixels
-    if any(node.op_type in reference_ops.CUSTOM_OP_TYPES for node in unfixed.graph.node):
-        extra["reference_max_abs_diff"] = _verify_against_reference(unfixed, result.model, floats, log)
-    model = result.model
-    if normalization.needed(model, spec):
-        folded = normalization.fold(model, spec)
-        extra["normalization_max_abs_diff"] = normalization.check_fold(model, folded, pixels, spec, log)
-        model = folded
-    _check_io(model, loaded.configs.core(), pipeline)
-    if loaded.configs.core().max_batch_size > 1:
-        extra["batch_max_abs_diff"] = _verify_batch(model, pixels[: loaded.configs.core().max_batch_size], log)
-    else:
-        log("max_batch_size 1: one image per run, no batch to verify")
+        _check_tflite_options(unfixed, source_file)
+    model, checks = _verified(loaded, unfixed, result.model, log)
+    extra.update(checks)
     data = model.SerializeToString()
     atomic_write_bytes(output, data)
     record = provenance.Provenance.for_bytes(
@@ -259,6 +221,69 @@ def _export_converted(loaded: LoadedPipeline, force: bool, log: Log) -> ExportRe
     record.write(layout.provenance_path(output))
     log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {len(model.graph.node)} nodes) in {record.extra['seconds']} s")
     return ExportResult("exported", output, record.to_dict())
+
+
+def _converted(loaded: LoadedPipeline, source_file: Path, log: Log) -> tuple[Any, dict[str, Any]]:
+    """The source as an unfixed ONNX model (a ``.tflite`` through tf2onnx in its own environment), and
+    what the provenance records of the conversion (the TFLite custom options)."""
+    import onnx
+
+    from builders import fix_onnx
+
+    recipe, pipeline = loaded.recipe, loaded.layout
+    if recipe.source.kind != "tflite":
+        return fix_onnx.load_model(source_file), {}
+    from builders import tflite
+
+    converted = pipeline.build_dir / "source.onnx"
+    converted.parent.mkdir(parents=True, exist_ok=True)
+    log(f"converting {source_file.name} with tf2onnx (opset {recipe.source.opset}) in its own environment...")
+    tflite.convert_to_onnx(source_file, converted, recipe.source.opset, log)
+    unfixed = onnx.load(str(converted))
+    params = tflite.transpose_conv_params(source_file)
+    return unfixed, {"tflite_custom_options": [vars(item) if hasattr(item, "__dict__") else str(item) for item in params]}
+
+
+def _check_tflite_options(unfixed: Any, source_file: Path) -> None:
+    """The transposed convolutions' stride and padding derived from the graph's shapes equal the
+    TFLite operators' own custom options (which tf2onnx drops)."""
+    import onnx
+    import onnx_graphsurgeon as gs
+
+    from builders import tflite
+    from builders.passes import convolution_2d_transpose_bias as transpose_pass
+
+    disagreements = transpose_pass.check_against_tflite(
+        gs.import_onnx(onnx.shape_inference.infer_shapes(unfixed)), tflite.transpose_conv_params(source_file)
+    )
+    if disagreements:
+        raise CheckFailed("the shapes and the TFLite custom options disagree: " + "; ".join(disagreements))
+
+
+def _verified(loaded: LoadedPipeline, unfixed: Any, fixed: Any, log: Log) -> tuple[Any, dict[str, Any]]:
+    """The fixed model checked on photos through the served preprocessing (against the custom ops'
+    reference implementation, with the normalization folded in when the preprocess hands uint8,
+    batched against one by one) and its I/O against the core config: the model to write, and the
+    checks' numbers for the provenance."""
+    from builders.passes import reference_ops
+
+    checks: dict[str, Any] = {}
+    spec = loaded.configs.spec
+    pixels = _served_batch(loaded, VERIFY_PHOTOS)  # what the preprocess hands the core: float32, or uint8 to normalize in it
+    floats = preprocessing.normalize_pixels(pixels, spec) if spec.pixel_dtype == "uint8" else pixels
+    if any(node.op_type in reference_ops.CUSTOM_OP_TYPES for node in unfixed.graph.node):
+        checks["reference_max_abs_diff"] = _verify_against_reference(unfixed, fixed, floats, log)
+    model = fixed
+    if normalization.needed(model, spec):
+        folded = normalization.fold(model, spec)
+        checks["normalization_max_abs_diff"] = normalization.check_fold(model, folded, pixels, spec, log)
+        model = folded
+    _check_io(model, loaded.configs.core(), loaded.layout)
+    if loaded.configs.core().max_batch_size > 1:
+        checks["batch_max_abs_diff"] = _verify_batch(model, pixels[: loaded.configs.core().max_batch_size], log)
+    else:
+        log("max_batch_size 1: one image per run, no batch to verify")
+    return model, checks
 
 
 def _check_io(model: Any, core: ModelConfig, pipeline: Pipeline) -> None:
