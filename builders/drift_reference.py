@@ -226,14 +226,7 @@ def build(
 
     ``photos``: build it from the user's photos in that folder (``limit``: at most that many files).
     Without it, a reference built from the user's photos is kept (StaleUserReference when the model changed)."""
-    core_dir = pipeline.layout.core_dir
-    core_config = pipeline.configs.core_variant(CORE_CONFIG)
-    version_dir = drift.served_version_dir(core_dir)
-    if version_dir is None:
-        raise BuildError(f"{core_dir}: no version folder; run `python -m builders export --pipeline {pipeline.name}` first")
-    onnx = core_model.onnx_path(core_config, version_dir)
-    if not onnx.is_file():
-        raise BuildError(f"{onnx} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
+    core_config, version_dir, onnx = _served_core(pipeline)
     if limit is not None and photos is None:
         raise BuildError("--limit needs --photos")
     filename = drift.DriftSettings.from_config(pipeline.configs.preprocess, drift.IMAGE_FEATURES).reference
@@ -261,29 +254,9 @@ def build(
 
     served = pipeline.served(CORE_CONFIG, version_dir=version_dir)
     if photos is None:
-        samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, served.limits)
-        run = _run_served_path(pipeline, served, ((sample.source, sample.data) for sample in samples), len(samples))
-        if run.refused:
-            name, reason = run.refused[0]
-            raise BuildError(f"a held-out image ({name}) was rejected by the served decoder: {reason}")
-        what: dict[str, Any] = {"source": HELD_OUT, "photos": sorted({sample.source for sample in samples})}
-        origin = "held-out images"
-        extra: dict[str, Any] = {}
+        run, what, origin, extra = _held_out_run(pipeline, served, sources, count)
     else:
-        unreadable: list[tuple[str, str]] = []
-        run = _run_served_path(pipeline, served, _read_files(chosen, unreadable), len(chosen.files))
-        refused = unreadable + run.refused
-        if refused:
-            name, reason = refused[0]
-            log(f"skipped {len(refused)} of {len(chosen.files)} files the served decoder refuses (first: {name}: {reason})")
-        if run.images < needed:
-            raise BuildError(
-                f"--photos {chosen.directory}: {run.images} usable photos ({len(refused)} refused); "
-                f"the drift tests need at least {needed} (drift_min_samples)"
-            )
-        what = {"source": USER_PHOTOS, "directory": str(chosen.directory), "files": len(chosen.files), "refused": len(refused)}
-        origin = f"of your photos ({chosen.directory})"
-        extra = {"photos_directory": str(chosen.directory)}
+        run, what, origin, extra = _user_photos_run(pipeline, served, chosen, needed, log)
     record = {
         "pipeline": pipeline.name,
         "core_version": version_dir.name,
@@ -311,6 +284,52 @@ def build(
         log(f"{name}: {means}")
     log(f"wrote {output} ({run.images} {origin} through {onnx.name} on {core_model.runtime(core_config)})")
     return output
+
+
+def _served_core(pipeline: LoadedPipeline) -> tuple[model_config.ModelConfig, Path, Path]:
+    """The CPU core config the reference runs, the served version folder and its ONNX (which must exist)."""
+    core_dir = pipeline.layout.core_dir
+    core_config = pipeline.configs.core_variant(CORE_CONFIG)
+    version_dir = drift.served_version_dir(core_dir)
+    if version_dir is None:
+        raise BuildError(f"{core_dir}: no version folder; run `python -m builders export --pipeline {pipeline.name}` first")
+    onnx = core_model.onnx_path(core_config, version_dir)
+    if not onnx.is_file():
+        raise BuildError(f"{onnx} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
+    return core_config, version_dir, onnx
+
+
+def _held_out_run(
+    pipeline: LoadedPipeline, served: ServedPipeline, sources: Sequence[Any], count: int
+) -> tuple[ServedRun, dict[str, Any], str, dict[str, Any]]:
+    """The held-out photos and their seeded augmentations through the served path (one the decoder
+    refuses is an error): the run, the record's ``photos``, what the log calls them, the provenance's extra."""
+    samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, served.limits)
+    run = _run_served_path(pipeline, served, ((sample.source, sample.data) for sample in samples), len(samples))
+    if run.refused:
+        name, reason = run.refused[0]
+        raise BuildError(f"a held-out image ({name}) was rejected by the served decoder: {reason}")
+    return run, {"source": HELD_OUT, "photos": sorted({sample.source for sample in samples})}, "held-out images", {}
+
+
+def _user_photos_run(
+    pipeline: LoadedPipeline, served: ServedPipeline, chosen: PhotoSet, needed: int, log: Log
+) -> tuple[ServedRun, dict[str, Any], str, dict[str, Any]]:
+    """The user's photos through the served path (files the decoder refuses are skipped, but at least
+    ``needed`` must be usable): the run, the record's ``photos``, what the log calls them, the provenance's extra."""
+    unreadable: list[tuple[str, str]] = []
+    run = _run_served_path(pipeline, served, _read_files(chosen, unreadable), len(chosen.files))
+    refused = unreadable + run.refused
+    if refused:
+        name, reason = refused[0]
+        log(f"skipped {len(refused)} of {len(chosen.files)} files the served decoder refuses (first: {name}: {reason})")
+    if run.images < needed:
+        raise BuildError(
+            f"--photos {chosen.directory}: {run.images} usable photos ({len(refused)} refused); "
+            f"the drift tests need at least {needed} (drift_min_samples)"
+        )
+    what = {"source": USER_PHOTOS, "directory": str(chosen.directory), "files": len(chosen.files), "refused": len(refused)}
+    return run, what, f"of your photos ({chosen.directory})", {"photos_directory": str(chosen.directory)}
 
 
 def add_arguments(parser: Any) -> None:
