@@ -288,7 +288,7 @@ _DATATYPES = {np.int32: model_config.model_config_pb2.TYPE_INT32, np.float32: mo
 
 
 def collect_files(paths: list[str], recursive: bool) -> tuple[list[str], list[str]]:
-    """Files to classify, in order, and warnings about folders without images."""
+    """Files to send, in order, and warnings about folders without images."""
     files: list[str] = []
     warnings: list[str] = []
     for argument in paths:
