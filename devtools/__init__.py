@@ -9,6 +9,8 @@
   server (``scripts/rollout.py``), a canary promoted or rolled back from Prometheus (``scripts/canary``);
 - :mod:`~devtools.proxy` and :mod:`~devtools.prometheus`: a real nginx in front of local servers,
   a real Prometheus scraping them and evaluating the alert rules;
+- :mod:`~devtools.capacity`: the capacity planner (vCPUs, memory and pods for a pipeline, an upload
+  mix and a target throughput);
 - :mod:`~devtools.model_image`: the model image's content (``docker/models.Dockerfile``);
 - :mod:`~devtools.lock`: the dependency locks, ``requirements/*.in`` -> ``*.txt`` (``scripts/lock``).
 """
