@@ -145,3 +145,19 @@ def test_rapidocr_reads_most_of_the_drawn_text(made, rapidocr):
         if line not in found:
             print(f"  not read exactly: {line.text!r} ({line.font}, {line.size} px, {line.angle:.0f} degrees)")
     assert len(found) >= len(drawn_lines) // 2
+
+
+@pytest.mark.slow
+def test_forty_more_photos_read_with_width_buckets_as_rapidocr_reads_them(sessions, classes):
+    """The wider measurement of docs/text-reader-plan.md (40 photos of another seed; minutes, and RapidOCR once)."""
+    more = {name: data for name, (data, _lines) in text_reading.text_photos(40, seed=1).items()}
+    answers = text_reading.reference(more)
+    for batching in ("reference", "buckets"):
+        read = _read(more, sessions, classes, batching)
+        agreement = text_reading.Agreement()
+        for name in more:
+            text_reading.compare(answers[name]["lines"], read[name], name, agreement)
+        print(f"\ntext_reader vs RapidOCR ({batching} batching, {len(more)} photos, seed 1): {agreement.summary()}")
+        for difference in agreement.differences or []:
+            print(f"  {difference}")
+        assert agreement.exact_rate >= MIN_EXACT and agreement.cer <= MAX_CER and agreement.mean_iou >= MIN_IOU, agreement.summary()
