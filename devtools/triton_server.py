@@ -3,19 +3,22 @@
     python -m scripts.serve [--http-port 8000] [--grpc-port 8001] [--metrics-port 8002]
                             [--config-name cpu] [--no-build] [--pipeline NAME ...]
 
-It builds every pipeline's artifacts if they are missing or stale, prepares
-the Python backend (the stub matching this interpreter), starts `tritonserver`
-with one ``--model-repository`` per pipeline, waits for /v2/health/ready and
-stops the server cleanly on Ctrl-C or SIGTERM. ``LocalTritonServer`` is the
-same thing as a library, used by the integration tests and the benchmarks.
+It refuses to start when one of its ports is in use (another server?), builds
+every pipeline's artifacts if they are missing or stale, prepares the Python
+backend (the stub matching this interpreter), starts `tritonserver` with one
+``--model-repository`` per pipeline, waits for /v2/health/ready and stops the
+server cleanly on Ctrl-C or SIGTERM. ``LocalTritonServer`` is the same thing
+as a library, used by the integration tests and the benchmarks.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -90,6 +93,18 @@ def server_environment() -> dict[str, str]:
     return env
 
 
+def port_in_use(port: int) -> bool:
+    """Whether something on this machine listens on TCP ``port`` (a bind to it, as tritonserver's on every
+    address, fails with EADDRINUSE); other bind errors (a privileged port) are tritonserver's to report."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # connections in TIME_WAIT do not count
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            return error.errno == errno.EADDRINUSE
+    return False
+
+
 def _terminate_with_parent() -> None:
     """Linux: SIGTERM the server if the process that started it dies (no orphaned servers)."""
     import ctypes
@@ -125,6 +140,18 @@ class LocalTritonServer:
         if self.cpu_set is not None:
             return cpu_sizing.cpu_limit(affinity=lambda: len(self.cpu_set or ()))
         return cpu_sizing.cpu_limit()
+
+    def check_ports(self) -> None:
+        """``LauncherError`` in one line when two of the ports are one, or one is in use: another server's
+        readiness would pass for this one's, and its sized view (.build/sized/<http port>/) is its own."""
+        ports = {"--http-port": self.http_port, "--grpc-port": self.grpc_port, "--metrics-port": self.metrics_port}
+        if len(set(ports.values())) < len(ports):
+            given = ", ".join(f"{option} {port}" for option, port in ports.items())
+            raise LauncherError(f"the three ports must differ ({given})")
+        busy = [port for port in ports.values() if port_in_use(port)]
+        if busy:
+            which = f"port {busy[0]} is" if len(busy) == 1 else f"ports {', '.join(map(str, busy))} are"
+            raise LauncherError(f"{which} in use (another server?); pass {'/'.join(ports)}")
 
     def sized_repositories(self) -> list[Path]:
         """The served pipelines as Triton gets them: a view (.build/sized/<http port>/) whose Python steps
@@ -168,6 +195,7 @@ class LocalTritonServer:
         ]
 
     def start(self) -> None:
+        self.check_ports()  # before the sized view is written
         output = open(self.log_file, "ab") if self.log_file else None  # noqa: SIM115 - the server writes to it until stop()
         self.process = subprocess.Popen(
             self.command(),
@@ -298,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         cpus=args.cpus,
     )
     try:
+        server.check_ports()  # before anything is built or written
         served = server.served_pipelines()
         if not args.no_build:
             print("serve: building model artifacts (skipped when up to date)...", file=sys.stderr, flush=True)
