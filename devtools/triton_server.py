@@ -6,9 +6,10 @@
 It refuses to start when one of its ports is in use (another server?), builds
 every pipeline's artifacts if they are missing or stale, prepares the Python
 backend (the stub matching this interpreter), starts `tritonserver` with one
-``--model-repository`` per pipeline, waits for /v2/health/ready and stops the
-server cleanly on Ctrl-C or SIGTERM. ``LocalTritonServer`` is the same thing
-as a library, used by the integration tests and the benchmarks.
+``--model-repository`` per pipeline, waits for /v2/health/ready, prints each
+served pipeline's client command and stops the server cleanly on Ctrl-C or
+SIGTERM. ``LocalTritonServer`` is the same thing as a library, used by the
+integration tests and the benchmarks.
 """
 
 from __future__ import annotations
@@ -277,6 +278,27 @@ def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REP
             shutil.copy2(source, SAMPLES_DIR / source.name)
 
 
+def client_commands(pipelines: list[layout.Pipeline], grpc_url: str) -> list[str]:
+    """Per pipeline, the client command that sends it the samples: the script of its task (its postprocess
+    config's ``task`` parameter; devtools.client.CLIENT_SCRIPTS), with --url unless ``grpc_url`` is the
+    clients' default and --model unless the pipeline is the script's default."""
+    from devtools.client import CLIENT_SCRIPTS, DEFAULT_URLS
+    from vision_serving import model_config
+    from vision_serving.tasks import registry
+
+    url = None if grpc_url == DEFAULT_URLS["grpc"] else grpc_url
+    commands = []
+    for pipeline in pipelines:
+        try:
+            task = registry.for_config(model_config.load_config(pipeline.model_dir("postprocess")))
+        except model_config.ConfigError:
+            continue  # the server reported it: it would not be ready
+        script = CLIENT_SCRIPTS.get(task.name)
+        if script is not None:
+            commands.append(script.command(pipeline.name, SAMPLES_DIR.relative_to(REPOSITORY_ROOT), url))
+    return commands
+
+
 def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # handled like Ctrl-C: drain and stop the server
 
@@ -341,9 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             f"serve: ready. HTTP {server.http_url}  gRPC {server.grpc_url}  "
             f"metrics localhost:{server.metrics_port}/metrics\n"
             f"serve: pipelines: {', '.join(p.name for p in served)}\n"
-            f"serve: try  ./scripts/classify {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}   or   "
-            f"./scripts/segment {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}/astronaut.png   or   "
-            f"./scripts/detect {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}   (Ctrl-C stops the server)",
+            + "".join(f"serve: try  {command}\n" for command in client_commands(served, server.grpc_url))
+            + "serve: Ctrl-C stops the server",
             file=sys.stderr,
             flush=True,
         )

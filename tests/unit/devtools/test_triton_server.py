@@ -1,13 +1,20 @@
-"""./scripts/serve before tritonserver starts: ports already in use are refused in one line, nothing touched."""
+"""./scripts/serve before tritonserver starts: ports already in use are refused in one line, untouched; the
+client command it suggests per served pipeline (the script of the pipeline's task, --url off the default port)."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from devtools import triton_server
+from devtools import client, triton_server
+from vision_serving import layout, model_config
+from vision_serving.tasks import registry
+
+SCRIPTS = layout.REPOSITORY_ROOT / "scripts"
 
 
 @pytest.fixture
@@ -58,3 +65,28 @@ def test_the_library_refuses_busy_or_equal_ports_before_it_sizes_the_view(busy_p
     with pytest.raises(triton_server.LauncherError, match=rf"the three ports must differ \(--http-port {http}, --grpc-port {http}, "):
         triton_server.LocalTritonServer(http_port=http, grpc_port=http, metrics_port=metrics).start()
     assert not triton_server.port_in_use(http)
+
+
+def test_each_served_pipeline_gets_the_client_of_its_task(tmp_path: Path):
+    served = layout.pipelines()
+    by_name = {p.name: p for p in served}
+    assert triton_server.client_commands([by_name["face_detector"]], "localhost:8001") == ["./scripts/detect .build/samples"]
+    assert triton_server.client_commands(served, "localhost:9001") == [
+        "./scripts/detect --url localhost:9001 .build/samples",
+        "./scripts/classify --url localhost:9001 .build/samples",
+        "./scripts/segment --url localhost:9001 .build/samples/astronaut.png",
+    ]
+    # A pipeline of the user's: the script of its task (read from its postprocess config), with --model.
+    mine = layout.Pipeline("my_detector", tmp_path / "my_detector")
+    mine.model_dir("postprocess").mkdir(parents=True)
+    shutil.copy(by_name["face_detector"].model_dir("postprocess") / "config.pbtxt", mine.model_dir("postprocess"))
+    assert triton_server.client_commands([mine], "localhost:8001") == ["./scripts/detect --model my_detector .build/samples"]
+
+
+def test_every_task_has_its_client_script():
+    assert set(client.CLIENT_SCRIPTS) == set(registry.TASKS)
+    for task, script in client.CLIENT_SCRIPTS.items():
+        assert (SCRIPTS / script.name).is_file()
+        assert f'script_main("{task}")' in (SCRIPTS / f"{script.name}.py").read_text()
+        default = layout.pipeline(script.default_model)
+        assert registry.for_config(model_config.load_config(default.model_dir("postprocess"))).name == task
