@@ -157,6 +157,10 @@ def test_the_folder_is_a_complete_pipeline(tmp_path):
     lines: list[str] = []
     scaffold.new_pipeline("pets", "yolo", repository, log=lines.append, model=source)
     assert lines[0] == "m.onnx: yolo head, 3 classes (cat, dog, bird), input 64x96, Ultralytics metadata"
+    assert lines[-1] == (
+        f"created {repository / 'pets'} for m.onnx; next: `python -m builders all --pipeline pets --model-repository {repository}`, "
+        f"then `./scripts/serve --model-repository {repository}`"
+    )
     assert consistency.check_repository(repository) == []
     pipeline = loaded.load(layout.pipeline("pets", repository))
     assert pipeline.recipe.source.sha256 == sha256_file(source) == sha256_file(repository / "pets" / "model.onnx")
