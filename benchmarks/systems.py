@@ -152,7 +152,8 @@ def declare_tables(result: dict[str, Any]) -> None:
         result,
         "service_rates",
         "Service rates and the queue sizes they imply (--service-rates)",
-        {"pipeline": "pipeline", "model": "model", "instances": "instances", "mean_batch": "mean batch", "execution_ms": "execution ms"}
+        {"mix": "mix", "pipeline": "pipeline", "model": "model", "instances": "instances", "mean_batch": "mean batch"}
+        | {"execution_ms": "execution ms"}
         | {"rate": "rate (img/s)", "rate_x_budget": "rate x budget", "floor": "floor", "max_queue_size": "max_queue_size (cpu)"}
         | {"production_max_queue_size": "max_queue_size (config.pbtxt)"},
         "rate = instances x images / busy time over the ensemble's window at the highest concurrency; a queue of "
@@ -363,7 +364,7 @@ class MixRun:
         }
         window = self.windows["ensemble_grpc", measured[-1]]
         for row in queue_sizes.sized_rows(self.pipeline, config_name, window, instances, self.options.budget_ms / 1e3):
-            report.add(self.result, "service_rates", **row)
+            report.add(self.result, "service_rates", mix=self.mix, **row)
 
 
 def config_summary(pipeline: layout.Pipeline) -> list[dict[str, Any]]:
