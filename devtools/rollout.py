@@ -374,8 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ensemble",
         default="image_classifier",
-        help="the classification pipeline (ensemble) clients call; the golden check compares its top-1 LABELS "
-        "(default image_classifier)",
+        help="the classification pipeline (ensemble) clients call; the golden check compares its top-1 LABELS (default image_classifier)",
     )
     parser.add_argument(
         "--golden-dir",
