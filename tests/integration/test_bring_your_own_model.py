@@ -1,6 +1,6 @@
-"""README "Add your own model", followed literally, for models the project does not ship.
+"""docs/models.md ("Your own model"), followed literally, for models the project does not ship.
 
-Each model is brought the way the README says, its commands run as subprocesses, into a user's
+Each model is brought the way docs/models.md says, its commands run as subprocesses, into a user's
 clone: a git repository in a temporary folder holding the project's pipelines as committed. After
 the steps, ``git status`` there names only the new pipeline's folder, and the project's own
 checkout is as it was. One ``./scripts/serve --model-repository CLONE --pipeline ...`` then serves
@@ -65,7 +65,7 @@ LIMITS = image_codec.ImageLimits(max_bytes=1 << 26, max_pixels=1 << 28)
 
 
 def run(*args: str, cwd: Path = ROOT, code: int = 0) -> str:
-    """``python ARGS`` as the README types it (in ``cwd``); its stdout and stderr."""
+    """``python ARGS`` as docs/models.md types it (in ``cwd``); its stdout and stderr."""
     result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=1800)
     assert result.returncode == code, f"{' '.join(args)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     return result.stdout + result.stderr

@@ -358,7 +358,7 @@ class EntryScriptServer(LocalTritonServer):
 
 @pytest.fixture(scope="session")
 def model_image_context(built_repository, tmp_path_factory) -> Path:
-    """The model image's build context, staged from the built repository as the README says: after
+    """The model image's build context, staged from the built repository as docs/docker.md says: after
     `python -m builders all` (the precision ladder's served_precision.json travels in the image)."""
     from builders.build_all import run_all
     from devtools import model_image
