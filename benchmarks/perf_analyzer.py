@@ -3,7 +3,7 @@
 perf_analyzer ships in tritonclient 2.51's wheel (``.venv/bin/perf_analyzer``);
 it needs ``libb64.so.0d`` and ``libcudart.so.12`` on the library path. Both
 are bundled by nvidia-pytriton under hashed names, so plain-named symlinks
-are made in ``.build/perf_analyzer_libs`` (docs/design.md §5).
+are made in ``.build/perf_analyzer_libs`` (docs/design.md, "The local server is the real tritonserver from a wheel").
 
 Input data: ``--input-data`` JSON, one entry per JPEG, ``{"IMAGE": {"b64":
 ...}}``. For a BYTES tensor perf_analyzer sends the decoded ``b64`` as the

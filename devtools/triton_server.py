@@ -48,7 +48,7 @@ def _pytriton_dir() -> Path:
 
 
 def _libpython_dir() -> Path:
-    """Folder of this interpreter's own libpython, so the stub loads the matching one (docs/design.md, "Local server")."""
+    """Folder of this interpreter's own libpython, so the stub loads the matching one (docs/design.md, "The local server is the real tritonserver from a wheel")."""
     if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
         raise LauncherError(
             f"{sys.executable} was built without a shared libpython; the Triton Python backend stub "
