@@ -307,7 +307,7 @@ def used_metric_names(objects) -> set[str]:
 
 # --------------------------------------------------------------------------- the shared server: the image's way, the Deployment's flags
 
-ADMIN_HEADER = "X-Triton-Admin-Key"  # the header the Deployment's --http-restricted-api names
+ADMIN_HEADER = "x-triton-admin-key"  # the key name the Deployment's restricted-API flags give (lower case: gRPC metadata keys are)
 
 
 def admin_http_headers() -> dict[str, str]:
