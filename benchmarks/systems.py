@@ -61,7 +61,7 @@ REFERENCE_BATCH = 8  # the limit before reduced decoding: batch 8, one thread pe
 
 @dataclass
 class Options:
-    """Defaults: the full run of the classifier (about 12 minutes on 2 CPUs): three upload mixes, three concurrencies."""
+    """Defaults: the full run of the classifier (about 9 minutes on 2 CPUs): three upload mixes, three concurrencies."""
 
     pipelines: tuple[str, ...] = (CLASSIFIER.name,)
     mixes: tuple[str, ...] = ("web", "phone", "mix")
