@@ -58,15 +58,10 @@ class ServerStarts:
     def _running(self) -> set[int]:
         found = set()
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
-                    program = cmdline.read().split(b"\0", 1)[0]
-            except OSError:
-                continue
-            if program.endswith(b"/tritonserver") and self._started_by_this_run(int(entry.name)):
-                found.add(int(entry.name))
+            pid = int(entry.name) if entry.name.isdigit() else 0
+            # A server's own forks (a Python backend stub before its exec) are not servers.
+            if pid and _is_tritonserver(pid) and not _is_tritonserver(_parent(pid)) and self._started_by_this_run(pid):
+                found.add(pid)
         return found
 
     @staticmethod
@@ -75,11 +70,7 @@ class ServerStarts:
         while pid > 1:
             if pid == os.getpid():
                 return True
-            try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    pid = int(stat.read().rsplit(")", 1)[1].split()[1])  # the parent's pid
-            except (OSError, ValueError, IndexError):
-                return False
+            pid = _parent(pid)
         return False
 
     def _poll(self) -> None:
@@ -87,6 +78,24 @@ class ServerStarts:
             for pid in self._running() - self.seen:
                 self.seen.add(pid)
                 self.by_file[self.current] += 1
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _is_tritonserver(pid: int) -> bool:
+    """Whether the process runs a program named tritonserver (by path, or by name from PATH)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            program = cmdline.read().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.path.basename(program) == b"tritonserver"
 
 
 SERVER_STARTS = ServerStarts()
