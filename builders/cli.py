@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from builders import arguments, tensorrt_engine
-from vision_serving import layout
 
 StepAdder = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", argparse.ArgumentParser], None]
 
@@ -143,13 +142,7 @@ def _add_new_pipeline(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         ),
     )
     parser.add_argument("name", help="the new pipeline (and ensemble) name: lower-case letters, digits, _")
-    parser.add_argument(
-        "--model-repository",
-        type=Path,
-        default=layout.MODEL_REPOSITORY,
-        metavar="PATH",
-        help="the model repository to add it to (default: %(default)s)",
-    )
+    arguments.add_model_repository(parser, "the model repository to add it to")
     parser.add_argument("--from", dest="template", required=True, metavar="TEMPLATE", help="a pipeline to copy, or a model family: yolo")
     parser.add_argument("--model", type=Path, metavar="FILE", help="--from yolo: the ONNX export to serve (copied into the folder)")
     parser.add_argument("--labels", type=Path, metavar="FILE", help="--from yolo: class names, one per line (default: the export's names)")
