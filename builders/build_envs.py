@@ -85,14 +85,14 @@ def ensure_env(name: str, log: Log = _stderr_log) -> Path:
     stamp = venv / STAMP_NAME
     if python.is_file() and stamp.is_file() and stamp.read_text().strip() == wanted:
         return python
-    with _exclusive(venv.parent / f".{name}.lock"):  # another build may be installing it right now
+    with exclusive(venv.parent / f".{name}.lock"):  # another build may be installing it right now
         if python.is_file() and stamp.is_file() and stamp.read_text().strip() == wanted:
             return python
         return _install(name, requirements, wanted, log)
 
 
 @contextlib.contextmanager
-def _exclusive(lock_file: Path) -> Iterator[None]:
+def exclusive(lock_file: Path) -> Iterator[None]:
     """Holds an exclusive flock on ``lock_file`` (created as needed) across processes."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_file, "a") as handle:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from builders import photos
+from tests.support import background, references
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -104,6 +105,37 @@ SERVER_STARTS = ServerStarts()
 def pytest_sessionstart(session: pytest.Session) -> None:
     if os.path.isdir("/proc"):
         SERVER_STARTS.start()
+
+
+def _deploy_check_tools(log: object) -> Path:
+    from tests.support import deployment  # imported by pytest_plugins above, after this module (assert rewriting)
+
+    return deployment.ensure_deploy_env()
+
+
+# What a test needs installed, by a fixture it uses (directly or through others): the exports' tf2onnx
+# environment for the built repository, the deployment checks' tools.
+INSTALLS_BY_FIXTURE = {
+    "built_repository": ("tflite-convert", background.build_env("tflite-convert")),
+    "tools": ("deploy-check", _deploy_check_tools),
+}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the selected tests will need starts installing now (tests/support/background.py): by fixture
+    (INSTALLS_BY_FIXTURE), and MediaPipe's environment for the modules comparing with it (tests.support.references)."""
+    if session.config.option.collectonly:
+        return
+    installs = {}
+    for item in session.items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if fixture in INSTALLS_BY_FIXTURE:
+                name, call = INSTALLS_BY_FIXTURE[fixture]
+                installs[name] = call
+        module = getattr(item, "module", None)
+        if module is not None and references in vars(module).values():
+            installs[references.ENV] = background.build_env(references.ENV)
+    background.install(installs)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from builders import build_envs
 from devtools.triton_server import LocalTritonServer
 from vision_serving import layout
 
@@ -115,30 +116,36 @@ DRIFT_BATCH = 8  # images per request while filling the drift windows (every ens
 
 
 def ensure_deploy_env() -> Path:
-    """.build/deploy-check with requirements/deploy-check.txt installed (reinstalled when the file changes)."""
+    """The bin folder of .build/deploy-check with requirements/deploy-check.txt installed (reinstalled when the
+    file changes; under an flock, so a background install and a test never install it at the same time).
+    Raises RuntimeError with pip's output when the install fails."""
     stamp = DEPLOY_ENV / ".requirements.sha256"
     want = hashlib.sha256(DEPLOY_REQUIREMENTS.read_bytes()).hexdigest()
     python = DEPLOY_ENV / "bin" / "python"
-    if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
-        return DEPLOY_ENV / "bin"
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", "--clear", str(DEPLOY_ENV)], check=True, capture_output=True)
-    install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(DEPLOY_REQUIREMENTS)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    if install.returncode != 0:
-        pytest.fail(f"could not install requirements/deploy-check.txt into {DEPLOY_ENV}:\n{install.stderr[-3000:]}")
-    stamp.write_text(want + "\n")
+    with build_envs.exclusive(DEPLOY_ENV.parent / ".deploy-check.lock"):
+        if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
+            return DEPLOY_ENV / "bin"
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", "--clear", str(DEPLOY_ENV)], check=True, capture_output=True)
+        install = subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(DEPLOY_REQUIREMENTS)],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+        )
+        if install.returncode != 0:
+            raise RuntimeError(f"could not install requirements/deploy-check.txt into {DEPLOY_ENV}:\n{install.stderr[-3000:]}")
+        stamp.write_text(want + "\n")
     return DEPLOY_ENV / "bin"
 
 
 @pytest.fixture(scope="session")
 def tools() -> Path:
-    return ensure_deploy_env()
+    try:
+        return ensure_deploy_env()
+    except RuntimeError as error:
+        pytest.fail(str(error))
 
 
 def parse_env_file(path: Path) -> dict[str, str]:

@@ -21,7 +21,7 @@ with open(sys.argv[1], "a") as handle:
 
 def test_the_install_lock_excludes_another_process_until_released(tmp_path):
     lock = tmp_path / "envs" / ".x.lock"
-    with build_envs._exclusive(lock):
+    with build_envs.exclusive(lock):
         assert lock.is_file()
         held = subprocess.run([sys.executable, "-c", TRY_LOCK, str(lock)], check=False)
         assert held.returncode == 3, "another process took the lock while it was held"
