@@ -3,7 +3,7 @@
 perf_analyzer ships in tritonclient 2.51's wheel (``.venv/bin/perf_analyzer``);
 it needs ``libb64.so.0d`` and ``libcudart.so.12`` on the library path. Both
 are bundled by nvidia-pytriton under hashed names, so plain-named symlinks
-are made in ``.build/perf_analyzer_libs`` (docs/design.md §5).
+are made in ``.build/perf_analyzer_libs`` (docs/design.md, "The local server is the real tritonserver from a wheel").
 
 Input data: ``--input-data`` JSON, one entry per JPEG, ``{"IMAGE": {"b64":
 ...}}``. For a BYTES tensor perf_analyzer sends the decoded ``b64`` as the
@@ -88,29 +88,19 @@ def measure(
     if executable is None:
         return {"concurrency": concurrency, "error": "perf_analyzer not found"}
     csv_path = work_dir / f"perf_analyzer_c{concurrency}.csv"
-    command = [
-        str(executable),
-        "-m",
-        model,
-        "-u",
-        url,
-        "-i",
-        "grpc",
-        "--input-data",
-        str(input_data),
-        "--shape",
-        f"{input_name}:1",
-        "--concurrency-range",
-        f"{concurrency}:{concurrency}",
-        "--measurement-interval",
-        str(measurement_ms),
-        "--max-trials",
-        str(max_trials),
-        "--stability-percentage",
-        str(stability_percentage),
-        "-f",
-        str(csv_path),
-    ]
+    flags = {
+        "-m": model,
+        "-u": url,
+        "-i": "grpc",
+        "--input-data": str(input_data),
+        "--shape": f"{input_name}:1",
+        "--concurrency-range": f"{concurrency}:{concurrency}",
+        "--measurement-interval": str(measurement_ms),
+        "--max-trials": str(max_trials),
+        "--stability-percentage": str(stability_percentage),
+        "-f": str(csv_path),
+    }
+    command = [str(executable), *(part for flag in flags.items() for part in flag)]
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(library_dir()), env.get("LD_LIBRARY_PATH")]))
     result = {"concurrency": concurrency, "command": " ".join(command[1:])}
@@ -121,22 +111,21 @@ def measure(
     if completed.returncode != 0 or not csv_path.is_file():
         tail = (completed.stdout + completed.stderr).strip().splitlines()[-3:]
         return {**result, "error": f"exit {completed.returncode}: {' | '.join(tail)}"}
-    with csv_path.open() as handle:
+    parsed = _parse_csv(csv_path)
+    if parsed is None:
+        return {**result, "error": "empty CSV"}
+    # perf_analyzer exits non-zero on any failed request ("Thread [i] had error"), so a CSV means none.
+    return {**result, "errors": 0, **parsed}
+
+
+def _parse_csv(path: Path) -> dict | None:
+    """Throughput and latencies (ms; its CSV is in µs) of perf_analyzer's CSV, None when it is empty."""
+    with path.open() as handle:
         rows = list(csv.DictReader(handle))
     if not rows:
-        return {**result, "error": "empty CSV"}
+        return None
     row = rows[0]
-    microseconds = {
-        "p50_ms": "p50 latency",
-        "p90_ms": "p90 latency",
-        "p95_ms": "p95 latency",
-        "p99_ms": "p99 latency",
-        "mean_ms": "Avg latency",
-    }
-    server = {
-        "server_queue_ms": "Server Queue",
-        "server_compute_ms": "Server Compute Infer",
-    }
-    parsed = {key: (_float(row, column) or 0.0) / 1e3 for key, column in {**microseconds, **server}.items() if column in row}
-    # perf_analyzer exits non-zero on any failed request ("Thread [i] had error"), so a CSV means none.
-    return {**result, "throughput": _float(row, "Inferences/Second"), "errors": 0, **parsed}
+    columns = {"p50_ms": "p50 latency", "p90_ms": "p90 latency", "p95_ms": "p95 latency", "p99_ms": "p99 latency", "mean_ms": "Avg latency"}
+    columns |= {"server_queue_ms": "Server Queue", "server_compute_ms": "Server Compute Infer"}
+    parsed = {key: (_float(row, column) or 0.0) / 1e3 for key, column in columns.items() if column in row}
+    return {"throughput": _float(row, "Inferences/Second"), **parsed}

@@ -22,6 +22,7 @@ Nothing here imports onnxruntime or a server client: the unit tests read results
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shlex
@@ -112,6 +113,8 @@ def fmt(value: Any) -> str:
         magnitude = abs(value)
         if value == 0 or (value.is_integer() and 10 <= magnitude < 1e6):
             return str(int(value))
+        if magnitude < 0.001:
+            return f"{value:.2g}"  # p-values, tiny costs: two significant digits
         return f"{value:.1f}" if magnitude >= 10 else f"{value:.2f}" if magnitude >= 1 else f"{value:.3f}"
     if isinstance(value, dict):
         return ", ".join(f"{key}: {fmt(item)}" for key, item in value.items())
@@ -174,7 +177,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> Path | None:
-    """Latency vs throughput of the ``throughput`` table, one panel per (pipeline, upload mix): p50 solid, p99
+    """Latency vs throughput of the ``throughput`` table, one panel per pipeline (rows) and upload mix (columns): p50 solid, p99
     dashed, one colour per system, points labelled with their concurrency; the in-process limits as vertical lines.
     None without matplotlib (requirements/dev.txt has it)."""
     try:
@@ -185,13 +188,15 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     except ImportError:
         return None
     measured = [r for r in rows(result, "throughput") if r.get("throughput")]
-    panels = list(dict.fromkeys((r["pipeline"], r["mix"]) for r in measured))
-    if not panels:
+    pipelines = list(dict.fromkeys(r["pipeline"] for r in measured))
+    mixes = list(dict.fromkeys(r["mix"] for r in measured))
+    if not measured:
         return None
-    figure, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), dpi=80, squeeze=False)
+    figure, axes = plt.subplots(len(pipelines), len(mixes), figsize=(4.6 * len(mixes), 3.6 * len(pipelines)), dpi=72, squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     systems = list(dict.fromkeys(r["system"] for r in measured))
-    for axis, (pipeline, mix) in zip(axes[0], panels, strict=True):
+    for (row_index, pipeline), (column, mix) in itertools.product(enumerate(pipelines), enumerate(mixes)):
+        axis = axes[row_index][column]
         for index, system in enumerate(systems):
             line = sorted(
                 (r for r in measured if (r["pipeline"], r["mix"], r["system"]) == (pipeline, mix, system)), key=lambda r: r["concurrency"]
@@ -204,7 +209,7 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
             axis.plot(xs, [r.get("p99_ms") for r in line], "--", marker=".", color=colour, alpha=0.6)
             for r in line:
                 axis.annotate(
-                    f"c{r['concurrency']}", (r["throughput"], r.get("p50_ms")), fontsize=7, xytext=(3, 3), textcoords="offset points"
+                    f"c{r['concurrency']}", (r["throughput"], r.get("p50_ms")), fontsize=6, xytext=(3, 3), textcoords="offset points"
                 )
         for system, style in (("inprocess_reference", ":"), ("inprocess", "-.")):
             limits = [r["throughput"] for r in rows(result, "inprocess", pipeline=pipeline, mix=mix, system=system) if r.get("throughput")]
@@ -213,9 +218,9 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
         axis.set(xlabel="throughput (requests / s)", ylabel="latency ms (p50 solid, p99 dashed)", title=f"{pipeline}, {mix}", yscale="log")
         axis.set_xlim(left=0)
         axis.grid(alpha=0.3, which="both")
-    axes[0][0].legend(fontsize=7, loc="upper left")
+    axes[0][0].legend(fontsize=6, loc="upper left")
     figure.tight_layout()
-    figure.savefig(path, dpi=80)
+    figure.savefig(path, dpi=72)
     plt.close(figure)
     return path
 
@@ -239,8 +244,10 @@ def write(result: dict[str, Any], output_dir: Path, with_plot: bool = False) -> 
 
 
 def render_only(output_dir: Path, benchmark: str) -> Path:
-    """Rewrite ``<benchmark>.md`` from the ``<benchmark>.json`` in ``output_dir``."""
+    """Rewrite ``<benchmark>.md`` (and its plot, if it has one) from the ``<benchmark>.json`` in ``output_dir``."""
     result = json.loads((output_dir / f"{benchmark}.json").read_text())
+    if result.get("plot"):
+        plot(result, output_dir / result["plot"])
     path = output_dir / f"{benchmark}.md"
     path.write_text(markdown(result))
     return path

@@ -61,7 +61,7 @@ REFERENCE_BATCH = 8  # the limit before reduced decoding: batch 8, one thread pe
 
 @dataclass
 class Options:
-    """Defaults: the full run of the classifier (about 12 minutes on 2 CPUs): three upload mixes, three concurrencies."""
+    """Defaults: the full run of the classifier (about 9 minutes on 2 CPUs): three upload mixes, three concurrencies."""
 
     pipelines: tuple[str, ...] = (CLASSIFIER.name,)
     mixes: tuple[str, ...] = ("web", "phone", "mix")
@@ -152,7 +152,8 @@ def declare_tables(result: dict[str, Any]) -> None:
         result,
         "service_rates",
         "Service rates and the queue sizes they imply (--service-rates)",
-        {"pipeline": "pipeline", "model": "model", "instances": "instances", "mean_batch": "mean batch", "execution_ms": "execution ms"}
+        {"mix": "mix", "pipeline": "pipeline", "model": "model", "instances": "instances", "mean_batch": "mean batch"}
+        | {"execution_ms": "execution ms"}
         | {"rate": "rate (img/s)", "rate_x_budget": "rate x budget", "floor": "floor", "max_queue_size": "max_queue_size (cpu)"}
         | {"production_max_queue_size": "max_queue_size (config.pbtxt)"},
         "rate = instances x images / busy time over the ensemble's window at the highest concurrency; a queue of "
@@ -363,7 +364,7 @@ class MixRun:
         }
         window = self.windows["ensemble_grpc", measured[-1]]
         for row in queue_sizes.sized_rows(self.pipeline, config_name, window, instances, self.options.budget_ms / 1e3):
-            report.add(self.result, "service_rates", **row)
+            report.add(self.result, "service_rates", mix=self.mix, **row)
 
 
 def config_summary(pipeline: layout.Pipeline) -> list[dict[str, Any]]:

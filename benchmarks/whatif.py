@@ -50,6 +50,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 
 from benchmarks import CLASSIFIER, cpu, images, inprocess, report, senders, steps, triton_stats
@@ -399,14 +400,14 @@ def overload(result: dict, clients: list[int], duration_s: float, pipeline_name:
                 (server,) = servers.values()
                 for count in clients:
                     report.log(BENCHMARK, f"overload, {kind} queues, {count} clients")
-                    before = triton_stats.snapshot(senders.grpcclient.InferenceServerClient(server.grpc_url), models)
+                    before = triton_stats.snapshot(grpcclient.InferenceServerClient(server.grpc_url), models)
                     generator = loadgen.LoadGenerator(
                         concurrency=count, make_sender=senders.ensemble_sender(server.grpc_url, pipeline, payloads)
                     )
                     generator.start()
                     time.sleep(duration_s)
                     load = generator.stop()
-                    after = triton_stats.snapshot(senders.grpcclient.InferenceServerClient(server.grpc_url), models)
+                    after = triton_stats.snapshot(grpcclient.InferenceServerClient(server.grpc_url), models)
                     succeeded = {m: after[m]["success_count"] - before.get(m, {}).get("success_count", 0) for m in models}
                     summary = overload_summary(load.outcomes, load.duration_s, succeeded)
                     report.add(result, "overload", pipeline=pipeline_name, clients=count, queues=kind, **summary)

@@ -24,14 +24,15 @@ def common_options() -> argparse.ArgumentParser:
         help="the pipeline to build (a folder of the model repository with a pipeline.toml); "
         "required when the repository has more than one",
     )
-    common.add_argument(
-        "--model-repository",
-        type=Path,
-        default=layout.MODEL_REPOSITORY,
-        metavar="PATH",
-        help="the model repository holding the pipelines (default: %(default)s)",
-    )
+    add_model_repository(common, "the model repository holding the pipelines")
     return common
+
+
+def add_model_repository(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--model-repository PATH`` (default: the project's model_repository/), described as ``what``."""
+    parser.add_argument(
+        "--model-repository", type=Path, default=layout.MODEL_REPOSITORY, metavar="PATH", help=f"{what} (default: %(default)s)"
+    )
 
 
 def resolve_pipeline(args: argparse.Namespace) -> None:

@@ -15,9 +15,12 @@ The venvs are made with the base interpreter of the running Python (the one
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from builders import BuildError, Log
@@ -82,6 +85,28 @@ def ensure_env(name: str, log: Log = _stderr_log) -> Path:
     stamp = venv / STAMP_NAME
     if python.is_file() and stamp.is_file() and stamp.read_text().strip() == wanted:
         return python
+    with exclusive(venv.parent / f".{name}.lock"):  # another build may be installing it right now
+        if python.is_file() and stamp.is_file() and stamp.read_text().strip() == wanted:
+            return python
+        return _install(name, requirements, wanted, log)
+
+
+@contextlib.contextmanager
+def exclusive(lock_file: Path) -> Iterator[None]:
+    """Holds an exclusive flock on ``lock_file`` (created as needed) across processes."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _install(name: str, requirements: Path, wanted: str, log: Log) -> Path:
+    """Creates ``.build/envs/<name>`` if needed and installs ``requirements`` into it; writes the stamp last."""
+    venv, python = env_dir(name), env_python(name)
+    stamp = venv / STAMP_NAME
     if not python.is_file():
         log(f"creating venv {venv.relative_to(ROOT)} ({_base_python()})")
         venv.parent.mkdir(parents=True, exist_ok=True)

@@ -131,9 +131,9 @@ def _add_new_pipeline(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         )
         return 0
 
+    del common  # --pipeline names a pipeline to build: the new one is the positional NAME
     parser = subparsers.add_parser(
         "new-pipeline",
-        parents=[common],
         help="start a pipeline folder: from an existing pipeline, or from your model file (--from yolo --model FILE)",
         description=(
             "Copy model_repository/TEMPLATE to model_repository/NAME, renaming its ensemble and models (--from a pipeline), "
@@ -142,6 +142,7 @@ def _add_new_pipeline(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         ),
     )
     parser.add_argument("name", help="the new pipeline (and ensemble) name: lower-case letters, digits, _")
+    arguments.add_model_repository(parser, "the model repository to add it to")
     parser.add_argument("--from", dest="template", required=True, metavar="TEMPLATE", help="a pipeline to copy, or a model family: yolo")
     parser.add_argument("--model", type=Path, metavar="FILE", help="--from yolo: the ONNX export to serve (copied into the folder)")
     parser.add_argument("--labels", type=Path, metavar="FILE", help="--from yolo: class names, one per line (default: the export's names)")

@@ -16,6 +16,7 @@ the tests find pipelines by their folder.
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -50,13 +51,23 @@ def new_pipeline(
         if model is None:
             raise BuildError(f"--from {template} needs --model FILE (the model to serve)")
         FAMILIES[template](name, target.repository, model, labels, head, imgsz, log)
-        log(f"created {target.repository} for {model.name}; next: `python -m builders all --pipeline {name}`, then ./scripts/serve")
+        log(f"created {target.repository} for {model.name}; next: {next_commands(name, repository)}")
         return target
     if model is not None or labels is not None or head is not None or imgsz is not None:
         raise BuildError(f"--model, --labels, --head and --imgsz go with --from {' or '.join(FAMILIES)}, not with a pipeline template")
     copy_template(name, template, repository, target)
-    log(f"created {target.repository} from {template}: edit pipeline.toml and the configs (see README, 'Add your own model')")
+    log(
+        f"created {target.repository} from {template}: edit pipeline.toml and the configs "
+        f"(docs/models.md, 'Any ONNX model: start from the pipeline of its task'); then {next_commands(name, repository)}"
+    )
     return target
+
+
+def next_commands(name: str, repository: Path) -> str:
+    """The build and serve commands for the new pipeline, with ``--model-repository`` when it is not the default."""
+    default = Path(repository).resolve() == layout.MODEL_REPOSITORY.resolve()
+    option = "" if default else f" --model-repository {shlex.quote(str(repository))}"
+    return f"`python -m builders all --pipeline {name}{option}`, then `./scripts/serve{option}`"
 
 
 def copy_template(name: str, template: str, repository: Path, target: layout.Pipeline) -> None:

@@ -2,7 +2,7 @@
 an upload mix and a target throughput.
 
     python -m devtools.capacity --pipeline image_classifier --mix web --target 2000 [--gpu-images-per-s 3000]
-    python -m devtools.capacity --all [--gpu-images-per-s 3000]     # every pipeline x mix (the README's table)
+    python -m devtools.capacity --all [--gpu-images-per-s 3000]     # every pipeline x mix (docs/sizing.md's table)
     python -m devtools.capacity --measure                           # measure this machine first
 
 On a GPU node the core is TensorRT and fast; what each image costs the pod's CPUs is the CPU steps

@@ -10,7 +10,7 @@ PATH is an image file or a folder (its *.jpg, *.jpeg, *.png and *.webp files, so
 server, finds the postprocess step's ``task`` parameter, and reads the tensors by role
 (:mod:`vision_serving.tasks`); the task says how an answer is printed and which options it
 takes (classification: --top-k; segmentation: --out-dir, --overlay; detection:
---score-threshold, --iou-threshold, --draw). Each script is this client for one task.
+--score-threshold, --iou-threshold, --draw). Each script is this client for one task (CLIENT_SCRIPTS).
 
 Server calls that fail with UNAVAILABLE (gRPC UNAVAILABLE, HTTP 503: a full model
 queue, a server shutting down, or over gRPC a refused connection) or whose
@@ -52,6 +52,28 @@ DEFAULT_URLS = {"grpc": "localhost:8001", "http": "localhost:8000"}
 INVALID_ARG_STATUSES = {"StatusCode.INVALID_ARGUMENT", "400"}
 
 DEFAULT_BATCH_SIZE = 8
+
+
+@dataclass(frozen=True)
+class ClientScript:
+    """``./scripts/<name>``: this client for the pipelines of one task."""
+
+    name: str
+    default_model: str  # the pipeline it calls without --model
+    sample: str = ""  # what `./scripts/serve` suggests sending it: a file of .build/samples ("": the whole folder)
+
+    def command(self, model: str, samples: Path, url: str | None = None) -> str:
+        """The command line that sends ``samples`` (or its ``sample``) to ``model`` at ``url`` (None: the default)."""
+        options = [*(["--url", url] if url else []), *(["--model", model] if model != self.default_model else [])]
+        return " ".join([f"./scripts/{self.name}", *options, str(samples / self.sample if self.sample else samples)])
+
+
+# The client script of each task (every task of vision_serving.tasks.registry has one).
+CLIENT_SCRIPTS: dict[str, ClientScript] = {
+    "classification": ClientScript("classify", "image_classifier"),
+    "segmentation": ClientScript("segment", "person_segmenter", "astronaut.png"),
+    "detection": ClientScript("detect", "face_detector"),
+}
 
 
 class ClientError(RuntimeError):
@@ -443,6 +465,12 @@ def main(task_name: str, default_model: str, prog: str, argv: list[str] | None =
     finally:
         connection.close()
     return print_results(prog, results, lambda result: "\n".join(result.lines), args.json)
+
+
+def script_main(task_name: str, argv: list[str] | None = None) -> int:
+    """``./scripts/<name>`` for the task ``task_name`` (its entry in CLIENT_SCRIPTS)."""
+    script = CLIENT_SCRIPTS[task_name]
+    return main(task_name, script.default_model, script.name, argv)
 
 
 def print_results(prog: str, results: Sequence[Any], table: Callable[[Any], str], as_json: bool) -> int:

@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 from devtools.triton_server import LocalTritonServer
 
 MODEL = "image_classifier"
-# Labels EfficientNet-Lite0 gives the real photos (docs/design.md §4); a response for
+# Labels EfficientNet-Lite0 gives the real photos (docs/design.md, "The reference runtime decides correctness"); a response for
 # one of these images with another top-1 label counts as a failure.
 GOLDEN_LABELS: dict[str, frozenset[str]] = {
     "chelsea": frozenset({"tiger cat", "Egyptian cat", "tabby"}),

@@ -1,7 +1,11 @@
-"""Roll a new version of a composing model (the core) into a running Triton, with no failed requests.
+"""Roll a new version of a classification pipeline's core into a running Triton, with no failed requests.
 
-    python -m scripts.rollout --url localhost:8001 --model core --version 2 [--golden-dir DIR]
+    python -m scripts.rollout --url localhost:8001 --ensemble image_classifier --version 2
+                              [--model image_classifier_core] [--golden-dir DIR]
                               [--admin-key KEY=VALUE] [--min-agreement 1.0] [--json]
+
+The check is a classification pipeline's: each golden image's top-1 ``LABELS``
+answer through the ensemble (``--model`` defaults to ``<ensemble>_core``).
 
 The server must run with explicit model control (``--model-control-mode=explicit
 --load-model=*``) and the new version's folder must be in its model
@@ -172,7 +176,10 @@ class Rollout:
         images = [tensor["name"] for tensor in metadata["inputs"] if tensor["datatype"] == "BYTES"]
         outputs = {tensor["name"] for tensor in metadata["outputs"]}
         if len(images) != 1 or "LABELS" not in outputs:
-            raise RolloutError(f"ensemble {self.ensemble!r} does not take one BYTES input and give LABELS")
+            raise RolloutError(
+                f"ensemble {self.ensemble!r} does not take one BYTES input and give LABELS "
+                "(the golden check compares a classification pipeline's top-1 labels)"
+            )
         return images[0], "LABELS", "CLASS_IDS" if "CLASS_IDS" in outputs else None
 
     def classify_golden(self) -> dict[str, tuple[str, int | None] | str]:
@@ -362,9 +369,13 @@ def _short(error: Exception) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rollout", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="localhost:8001", help="Triton gRPC address (default localhost:8001)")
-    parser.add_argument("--model", default="core", help="the composing model to roll (default core)")
+    parser.add_argument("--model", help="the composing model to roll (default: <--ensemble>_core, the pipeline's core)")
     parser.add_argument("--version", type=int, required=True, help="the version folder to roll out")
-    parser.add_argument("--ensemble", default="image_classifier", help="the ensemble clients call")
+    parser.add_argument(
+        "--ensemble",
+        default="image_classifier",
+        help="the classification pipeline (ensemble) clients call; the golden check compares its top-1 LABELS (default image_classifier)",
+    )
     parser.add_argument(
         "--golden-dir",
         type=Path,
@@ -396,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     except (RolloutError, ValueError) as error:
         print(f"rollout: error: {error}", file=sys.stderr)
         return EXIT_UNCHANGED
-    rollout = Rollout(args.url, args.model, args.version, golden, args.ensemble, args.min_agreement, args.timeout, headers=headers)
+    model = args.model or f"{args.ensemble}_core"
+    rollout = Rollout(args.url, model, args.version, golden, args.ensemble, args.min_agreement, args.timeout, headers=headers)
     code = rollout.run()
     if args.json:
         print(json.dumps({"exit_code": code, "steps": rollout.steps}, indent=2))

@@ -3,19 +3,23 @@
     python -m scripts.serve [--http-port 8000] [--grpc-port 8001] [--metrics-port 8002]
                             [--config-name cpu] [--no-build] [--pipeline NAME ...]
 
-It builds every pipeline's artifacts if they are missing or stale, prepares
-the Python backend (the stub matching this interpreter), starts `tritonserver`
-with one ``--model-repository`` per pipeline, waits for /v2/health/ready and
-stops the server cleanly on Ctrl-C or SIGTERM. ``LocalTritonServer`` is the
-same thing as a library, used by the integration tests and the benchmarks.
+It refuses to start when one of its ports is in use (another server?), builds
+every pipeline's artifacts if they are missing or stale, prepares the Python
+backend (the stub matching this interpreter), starts `tritonserver` with one
+``--model-repository`` per pipeline, waits for /v2/health/ready, prints each
+served pipeline's client command and stops the server cleanly on Ctrl-C or
+SIGTERM. ``LocalTritonServer`` is the same thing as a library, used by the
+integration tests and the benchmarks.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -44,7 +48,7 @@ def _pytriton_dir() -> Path:
 
 
 def _libpython_dir() -> Path:
-    """Folder of this interpreter's own libpython, so the stub loads the matching one (docs/design.md, "Local server")."""
+    """Folder of this interpreter's own libpython, so the stub loads the matching one (docs/design.md, "The local server is the real tritonserver from a wheel")."""
     if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
         raise LauncherError(
             f"{sys.executable} was built without a shared libpython; the Triton Python backend stub "
@@ -90,6 +94,18 @@ def server_environment() -> dict[str, str]:
     return env
 
 
+def port_in_use(port: int) -> bool:
+    """Whether something on this machine listens on TCP ``port`` (a bind to it, as tritonserver's on every
+    address, fails with EADDRINUSE); other bind errors (a privileged port) are tritonserver's to report."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # connections in TIME_WAIT do not count
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            return error.errno == errno.EADDRINUSE
+    return False
+
+
 def _terminate_with_parent() -> None:
     """Linux: SIGTERM the server if the process that started it dies (no orphaned servers)."""
     import ctypes
@@ -125,6 +141,18 @@ class LocalTritonServer:
         if self.cpu_set is not None:
             return cpu_sizing.cpu_limit(affinity=lambda: len(self.cpu_set or ()))
         return cpu_sizing.cpu_limit()
+
+    def check_ports(self) -> None:
+        """``LauncherError`` in one line when two of the ports are one, or one is in use: another server's
+        readiness would pass for this one's, and its sized view (.build/sized/<http port>/) is its own."""
+        ports = {"--http-port": self.http_port, "--grpc-port": self.grpc_port, "--metrics-port": self.metrics_port}
+        if len(set(ports.values())) < len(ports):
+            given = ", ".join(f"{option} {port}" for option, port in ports.items())
+            raise LauncherError(f"the three ports must differ ({given})")
+        busy = [port for port in ports.values() if port_in_use(port)]
+        if busy:
+            which = f"port {busy[0]} is" if len(busy) == 1 else f"ports {', '.join(map(str, busy))} are"
+            raise LauncherError(f"{which} in use (another server?); pass {'/'.join(ports)}")
 
     def sized_repositories(self) -> list[Path]:
         """The served pipelines as Triton gets them: a view (.build/sized/<http port>/) whose Python steps
@@ -168,6 +196,7 @@ class LocalTritonServer:
         ]
 
     def start(self) -> None:
+        self.check_ports()  # before the sized view is written
         output = open(self.log_file, "ab") if self.log_file else None  # noqa: SIM115 - the server writes to it until stop()
         self.process = subprocess.Popen(
             self.command(),
@@ -249,6 +278,27 @@ def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REP
             shutil.copy2(source, SAMPLES_DIR / source.name)
 
 
+def client_commands(pipelines: list[layout.Pipeline], grpc_url: str) -> list[str]:
+    """Per pipeline, the client command that sends it the samples: the script of its task (its postprocess
+    config's ``task`` parameter; devtools.client.CLIENT_SCRIPTS), with --url unless ``grpc_url`` is the
+    clients' default and --model unless the pipeline is the script's default."""
+    from devtools.client import CLIENT_SCRIPTS, DEFAULT_URLS
+    from vision_serving import model_config
+    from vision_serving.tasks import registry
+
+    url = None if grpc_url == DEFAULT_URLS["grpc"] else grpc_url
+    commands = []
+    for pipeline in pipelines:
+        try:
+            task = registry.for_config(model_config.load_config(pipeline.model_dir("postprocess")))
+        except model_config.ConfigError:
+            continue  # the server reported it: it would not be ready
+        script = CLIENT_SCRIPTS.get(task.name)
+        if script is not None:
+            commands.append(script.command(pipeline.name, SAMPLES_DIR.relative_to(REPOSITORY_ROOT), url))
+    return commands
+
+
 def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # handled like Ctrl-C: drain and stop the server
 
@@ -298,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         cpus=args.cpus,
     )
     try:
+        server.check_ports()  # before anything is built or written
         served = server.served_pipelines()
         if not args.no_build:
             print("serve: building model artifacts (skipped when up to date)...", file=sys.stderr, flush=True)
@@ -312,9 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             f"serve: ready. HTTP {server.http_url}  gRPC {server.grpc_url}  "
             f"metrics localhost:{server.metrics_port}/metrics\n"
             f"serve: pipelines: {', '.join(p.name for p in served)}\n"
-            f"serve: try  ./scripts/classify {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}   or   "
-            f"./scripts/segment {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}/astronaut.png   or   "
-            f"./scripts/detect {SAMPLES_DIR.relative_to(REPOSITORY_ROOT)}   (Ctrl-C stops the server)",
+            + "".join(f"serve: try  {command}\n" for command in client_commands(served, server.grpc_url))
+            + "serve: Ctrl-C stops the server",
             file=sys.stderr,
             flush=True,
         )

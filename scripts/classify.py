@@ -2,7 +2,7 @@
 
 import sys
 
-from devtools.client import main
+from devtools.client import script_main
 
 if __name__ == "__main__":
-    sys.exit(main("classification", "image_classifier", "classify"))
+    sys.exit(script_main("classification"))

@@ -2,7 +2,7 @@
 
 import sys
 
-from devtools.client import main
+from devtools.client import script_main
 
 if __name__ == "__main__":
-    sys.exit(main("detection", "face_detector", "detect"))
+    sys.exit(script_main("detection"))

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from builders import photos
+from tests.support import background, references
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -58,15 +59,10 @@ class ServerStarts:
     def _running(self) -> set[int]:
         found = set()
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
-                    program = cmdline.read().split(b"\0", 1)[0]
-            except OSError:
-                continue
-            if program.endswith(b"/tritonserver") and self._started_by_this_run(int(entry.name)):
-                found.add(int(entry.name))
+            pid = int(entry.name) if entry.name.isdigit() else 0
+            # A server's own forks (a Python backend stub before its exec) are not servers.
+            if pid and _is_tritonserver(pid) and not _is_tritonserver(_parent(pid)) and self._started_by_this_run(pid):
+                found.add(pid)
         return found
 
     @staticmethod
@@ -75,11 +71,7 @@ class ServerStarts:
         while pid > 1:
             if pid == os.getpid():
                 return True
-            try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    pid = int(stat.read().rsplit(")", 1)[1].split()[1])  # the parent's pid
-            except (OSError, ValueError, IndexError):
-                return False
+            pid = _parent(pid)
         return False
 
     def _poll(self) -> None:
@@ -89,12 +81,61 @@ class ServerStarts:
                 self.by_file[self.current] += 1
 
 
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _is_tritonserver(pid: int) -> bool:
+    """Whether the process runs a program named tritonserver (by path, or by name from PATH)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            program = cmdline.read().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.path.basename(program) == b"tritonserver"
+
+
 SERVER_STARTS = ServerStarts()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if os.path.isdir("/proc"):
         SERVER_STARTS.start()
+
+
+def _deploy_check_tools(log: object) -> Path:
+    from tests.support import deployment  # imported by pytest_plugins above, after this module (assert rewriting)
+
+    return deployment.ensure_deploy_env()
+
+
+# What a test needs installed, by a fixture it uses (directly or through others): the exports' tf2onnx
+# environment for the built repository, the deployment checks' tools.
+INSTALLS_BY_FIXTURE = {
+    "built_repository": ("tflite-convert", background.build_env("tflite-convert")),
+    "tools": ("deploy-check", _deploy_check_tools),
+}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the selected tests will need starts installing now (tests/support/background.py): by fixture
+    (INSTALLS_BY_FIXTURE), and MediaPipe's environment for the modules comparing with it (tests.support.references)."""
+    if session.config.option.collectonly:
+        return
+    installs = {}
+    for item in session.items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if fixture in INSTALLS_BY_FIXTURE:
+                name, call = INSTALLS_BY_FIXTURE[fixture]
+                installs[name] = call
+        module = getattr(item, "module", None)
+        if module is not None and references in vars(module).values():
+            installs[references.ENV] = background.build_env(references.ENV)
+    background.install(installs)
 
 
 @pytest.hookimpl(wrapper=True)

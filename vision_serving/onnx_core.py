@@ -14,7 +14,7 @@ GRAPH_OPTIMIZATION_LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     # Q/DQ models: keep QuantizeLinear -> DequantizeLinear -> float ops, an
-    # emulation of TensorRT's INT8 numerics (fused CPU int8 kernels differ; docs/design.md, "INT8 on CPU").
+    # emulation of TensorRT's INT8 numerics (fused CPU int8 kernels differ; docs/design.md, "INT8 on CPU is judged by emulation").
     "disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 }
 

@@ -1,9 +1,10 @@
-"""Run the core ONNX model with OpenVINO's CPU plugin (the CPU default: ``runtime: "openvino"``).
+"""Run the core ONNX model with OpenVINO's CPU plugin (``runtime: "openvino"``: configs/cpu_openvino*.pbtxt).
 
-Measured on the development CPUs (AVX2, no VNNI; ``benchmarks/cpu_core.py``), OpenVINO runs
-EfficientNet-Lite0 FP32 about 1.8x faster than onnxruntime with one thread, and runs ModelOpt's
-INT8 Q/DQ model correctly and faster still (onnxruntime's fused int8 kernels are wrong on these
-CPUs: docs/design.md §3).
+Not the CPU default: measured on the development CPUs (AVX2, no VNNI; ``python -m benchmarks.steps
+--parts runtimes``), onnxruntime FP32 was as fast or faster for every pipeline, and exact (docs/design.md,
+"The CPU core is onnxruntime FP32"); OpenVINO's INT8 misses FP32 there (the classifier's: cosine 0.934,
+top-1 agreement 0.66 through the ensemble; docs/design.md, "INT8 on CPU is judged by emulation"),
+so the classifier's configs/cpu_openvino.pbtxt serves FP32, not the ladder's INT8.
 
 Config parameters (all optional but the model: ``precision`` or ``onnx_file``, see
 :mod:`vision_serving.core_model`):

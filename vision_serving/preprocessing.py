@@ -250,7 +250,7 @@ def reduce_for_resize(image: np.ndarray, new_width: int, new_height: int, gap: f
     Bicubic interpolation does not low-pass when it shrinks: from 4000 px to 256 px it point-samples
     texture and sensor noise, so the answer depended on the decode scale (a DCT-reduced decode
     averages first). After the reduction, a 4000 x 3000 photo and its 1/4 decode give nearly the same
-    pixels (docs/design.md, "Anti-aliased downscaling"). The reduced image is never larger than the
+    pixels (docs/design.md, "Reduced JPEG decoding and anti-aliased downscaling"). The reduced image is never larger than the
     input, so it is memory-safe on the elongated-image warp path too.
     """
     height, width = image.shape[:2]

@@ -1,7 +1,7 @@
 """Bounded queues and warm-up samples: the rules every composing model's config must follow.
 
 Used by ``python -m vision_serving.consistency``; the sizes themselves come from
-``python -m benchmarks.queues`` (docs/design.md, "Queues and overload").
+``python -m benchmarks.systems --service-rates`` (docs/design.md, "Queues and overload").
 
 - **Bounded queue.** Every composing model (Triton's ensemble has no queue of its
   own; a composing model that rejects fails the ensemble request) has

@@ -159,10 +159,14 @@ def inspect(path: Path, labels: Path | None = None, head: str | None = None, img
         )
     source, output = inputs[0], outputs[0]
     in_shape = _dims(source)
-    if source.type.tensor_type.elem_type != onnx.TensorProto.FLOAT or len(in_shape) != 4 or in_shape[1] != 3:
-        raise UnsupportedModel(f"{path.name}: input '{source.name}' is {list(in_shape)}; supported: a float32 [N, 3, H, W] image (NCHW)")
-    if output.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
-        raise UnsupportedModel(f"{path.name}: output '{output.name}' is not float32")
+    in_type = _dtype_name(source.type.tensor_type.elem_type)
+    if in_type != "float32" or len(in_shape) != 4 or in_shape[1] != 3:
+        raise UnsupportedModel(
+            f"{path.name}: input '{source.name}' is {in_type} {list(in_shape)}; supported: a float32 [N, 3, H, W] image (NCHW)"
+        )
+    out_type = _dtype_name(output.type.tensor_type.elem_type)
+    if out_type != "float32":
+        raise UnsupportedModel(f"{path.name}: output '{output.name}' is {out_type}; supported: float32")
     size = imgsz or _size(metadata, in_shape, path.name)
     names = _names(metadata, labels)
     chosen = _head(_dims(output), len(names) or None, metadata, head, f"{path.name}: output '{output.name}'")
@@ -180,6 +184,17 @@ def inspect(path: Path, labels: Path | None = None, head: str | None = None, img
         ultralytics="imgsz" in metadata,
         nonzero_on_bool=any(node.op_type == "NonZero" for node in model.graph.node),
     )
+
+
+def _dtype_name(elem_type: int) -> str:
+    """An ONNX tensor type as numpy names it (``float32``, ``uint8``, ``float16``), else as ONNX does."""
+    import onnx
+
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    except (KeyError, ValueError, TypeError):
+        dtype = None
+    return str(dtype.name) if dtype is not None and dtype.kind != "O" else onnx.TensorProto.DataType.Name(elem_type).lower()
 
 
 def _size(metadata: dict[str, str], shape: tuple[int | str, ...], where: str) -> tuple[int, int]:

@@ -63,6 +63,7 @@ from tests.support.deployment import (
     alert_rules,
     dashboard,
     dashboard_expressions,
+    deployment_container,
     dockerfile_entrypoint,
     find,
     flag_values,
@@ -273,8 +274,12 @@ def test_production_flags_are_the_same_everywhere(triton, compose):
     assert deployment["--metrics-config"] == image["--metrics-config"] == "summary_latencies=true"
     for flag in ("--http-restricted-api", "--grpc-restricted-protocol"):
         apis, _, header = deployment[flag].partition(":")
-        assert {"model-repository", "shared-memory"} <= set(apis.split(",")) and header == "X-Triton-Admin-Key=$(TRITON_ADMIN_KEY)"
-        assert flag_values(compose["services"]["server"]["command"])[flag].startswith(apis + ":X-Triton-Admin-Key=")
+        assert {"model-repository", "shared-memory"} <= set(apis.split(",")) and header == "x-triton-admin-key=$(TRITON_ADMIN_KEY)"
+        assert flag_values(compose["services"]["server"]["command"])[flag].startswith(apis + ":x-triton-admin-key=")
+        # gRPC sends the key as metadata "triton-grpc-protocol-<name>", and gRPC metadata keys are lower case:
+        # with any upper-case letter in <name> no gRPC client could ever send the key (measured on 2.51).
+        name = header.partition("=")[0]
+        assert name == name.lower(), f"{flag}: the key name {name!r} must be lower case"
     for flag in ("--exit-timeout-secs", "--http-port", "--grpc-port", "--metrics-port", "--strict-readiness", "--exit-on-error"):
         assert deployment[flag] == image[flag], flag
 
@@ -1070,3 +1075,9 @@ def test_the_builder_image_bakes_its_build_environments():
     assert "/opt/build-envs/${name}" in text and "/opt/build-envs" in BUILD_SCRIPT.read_text()
     assert str(build_envs.ENVS_DIR.relative_to(build_envs.ROOT)) == ".build/envs"
     assert "/opt/vision-serving/.build/envs" in BUILD_SCRIPT.read_text()
+
+
+def test_the_shared_test_server_runs_the_rendered_container(triton):
+    """tests/support/deployment.py starts the integration tests' server with the triton container read
+    from k8s/server/deployment.yaml (no kubectl needed there): it is the container kustomize renders."""
+    assert deployment_container() == triton

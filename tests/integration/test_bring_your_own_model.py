@@ -1,6 +1,6 @@
-"""README "Add your own model", followed literally, for models the project does not ship.
+"""docs/models.md ("Your own model"), followed literally, for models the project does not ship.
 
-Each model is brought the way the README says, its commands run as subprocesses, into a user's
+Each model is brought the way docs/models.md says, its commands run as subprocesses, into a user's
 clone: a git repository in a temporary folder holding the project's pipelines as committed. After
 the steps, ``git status`` there names only the new pipeline's folder, and the project's own
 checkout is as it was. One ``./scripts/serve --model-repository CLONE --pipeline ...`` then serves
@@ -29,6 +29,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import cv2
@@ -65,7 +66,7 @@ LIMITS = image_codec.ImageLimits(max_bytes=1 << 26, max_pixels=1 << 28)
 
 
 def run(*args: str, cwd: Path = ROOT, code: int = 0) -> str:
-    """``python ARGS`` as the README types it (in ``cwd``); its stdout and stderr."""
+    """``python ARGS`` as docs/models.md types it (in ``cwd``); its stdout and stderr."""
     result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=1800)
     assert result.returncode == code, f"{' '.join(args)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     return result.stdout + result.stderr
@@ -113,6 +114,19 @@ def clone(tmp_path_factory, project_status) -> Path:
     return root / "model_repository"
 
 
+@pytest.fixture(scope="module")
+def builds() -> Iterator[ThreadPoolExecutor]:
+    """Where the pipelines' ``builders all`` run: two at a time, as a user with several pipelines may run them
+    (each writes only its own folder). The classifier's and the segmenter's start first, while the detector
+    may still be training; the three detectors' follow."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield pool
+
+
+def build(pool: ThreadPoolExecutor, name: str, clone: Path) -> Future[str]:
+    return pool.submit(run, "-m", "builders", "all", "--pipeline", name, "--model-repository", str(clone))
+
+
 # --------------------------------------------------------------------------- (c) an ONNX classifier
 
 
@@ -146,7 +160,8 @@ def tiny_classifier() -> onnx.ModelProto:
 
 
 @pytest.fixture(scope="module")
-def own_classifier(clone, tmp_path_factory) -> str:
+def own_classifier(clone, builds, tmp_path_factory) -> Future[str]:
+    """The classifier's folder made as docs/models.md says; its build started (its output, once done)."""
     model_file = tmp_path_factory.mktemp("classifier") / "model.onnx"
     onnx.save(tiny_classifier(), model_file)
     where = ["--model-repository", str(clone)]
@@ -177,15 +192,15 @@ def own_classifier(clone, tmp_path_factory) -> str:
     edit(postprocess, r'"top_k", value: \{ string_value: "5" \}', '"top_k", value: { string_value: "2" }')
     # 5. Check, then build.
     assert "ok: " in run("-m", "vision_serving.consistency", "--repository", str(clone))
-    assert "serves" in run("-m", "builders", "all", "--pipeline", CLASSIFIER, *where)
-    return CLASSIFIER
+    return build(builds, CLASSIFIER, clone)
 
 
 # --------------------------------------------------------------------------- (b) the landscape selfie segmenter
 
 
 @pytest.fixture(scope="module")
-def landscape_segmenter(clone) -> str:
+def landscape_segmenter(clone, builds) -> Future[str]:
+    """The segmenter's folder made as docs/models.md says; its build started (its output, once done)."""
     where = ["--model-repository", str(clone)]
     run("-m", "builders", "new-pipeline", SEGMENTER, "--from", "person_segmenter", *where)
     folder = clone / SEGMENTER
@@ -199,8 +214,7 @@ def landscape_segmenter(clone) -> str:
         if "256, 256" in config.read_text():
             edit(config, r"256, 256", "144, 256")
     assert "ok: " in run("-m", "vision_serving.consistency", "--repository", str(clone))
-    assert "serves" in run("-m", "builders", "all", "--pipeline", SEGMENTER, *where)
-    return SEGMENTER
+    return build(builds, SEGMENTER, clone)
 
 
 # --------------------------------------------------------------------------- (a) YOLO, three heads
@@ -251,8 +265,9 @@ def shapes_photos(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def detectors(clone, yolo_models, shapes_photos) -> dict[str, str]:
-    """Each YOLO file brought in with one command, the recipe pointed at your images, then built."""
+def detectors(clone, builds, own_classifier, landscape_segmenter, yolo_models, shapes_photos) -> dict[str, str]:
+    """Each YOLO file brought in with one command, the recipe pointed at your images, then built (after the
+    classifier's and the segmenter's builds have started: those overlap the detector's training)."""
     where = ["--model-repository", str(clone)]
     outputs = {}
     for name, model_file in yolo_models.items():
@@ -264,9 +279,8 @@ def detectors(clone, yolo_models, shapes_photos) -> dict[str, str]:
             f'calibration_dir = "{shapes_photos["calibration"]}"\nevaluation_dir = "{shapes_photos["held_out"]}"\nexclude = []',
         )
     assert "ok: " in run("-m", "vision_serving.consistency", "--repository", str(clone))
-    for name in yolo_models:
-        outputs[name] += run("-m", "builders", "all", "--pipeline", name, *where)
-    return outputs
+    started = {name: build(builds, name, clone) for name in yolo_models}
+    return {name: outputs[name] + started[name].result() for name in yolo_models}
 
 
 def test_new_pipeline_reads_the_yolo_exports(detectors):
@@ -305,7 +319,10 @@ def test_an_unsupported_model_is_refused_in_one_line(clone, tmp_path):
 
 @pytest.fixture(scope="module")
 def brought(own_classifier, landscape_segmenter, detectors) -> list[str]:
-    return [own_classifier, landscape_segmenter, *detectors]
+    """The new pipelines, every build done."""
+    for output in (own_classifier.result(), landscape_segmenter.result()):
+        assert "serves" in output
+    return [CLASSIFIER, SEGMENTER, *detectors]
 
 
 def test_each_model_touched_only_its_own_pipeline_folder(clone, brought, project_status):

@@ -33,21 +33,31 @@ from vision_serving import layout
 
 
 @pytest.mark.integration
-def test_the_model_image_holds_every_built_model_and_no_plan(model_image_context, built_repository):
-    staged = model_image_context / model_image.STAGED_REPOSITORY
-    assert [p.name for p in model_image_context.iterdir()] == [model_image.STAGED_REPOSITORY], "the whole build context"
+def test_the_model_image_holds_every_built_model_and_no_plan(model_image_context, laddered_repository, tmp_path):
+    """What `devtools.model_image` stages from a repository after `builders all`: every pipeline, its served
+    model with provenance, its configs and drift reference, and no plan (staged again here, as the image's
+    build does; the shared server serves model_image_context, staged the same way when the run began)."""
+    context = tmp_path / "model-image"
+    assert model_image.main(["--model-repository", str(laddered_repository), "--output", str(context)]) == 0
+    staged = context / model_image.STAGED_REPOSITORY
+    assert [p.name for p in context.iterdir()] == [model_image.STAGED_REPOSITORY], "the whole build context"
     assert sorted(p.name for p in layout.pipelines(staged)) == sorted(p.name for p in PIPELINES)
     for pipeline in layout.pipelines(staged):
         served = pipeline.served_onnx()
         assert served is not None and layout.provenance_path(served).is_file(), pipeline.name
         assert (pipeline.core_dir / "configs" / "cpu.pbtxt").is_file() and not pipeline.plan.exists(), pipeline.name
-        built = layout.pipeline(pipeline.name, built_repository)
-        if built.drift_reference.is_file():
-            assert pipeline.drift_reference.read_bytes() == built.drift_reference.read_bytes(), pipeline.name
+        built = layout.pipeline(pipeline.name, laddered_repository)
+        assert built.drift_reference.is_file() and pipeline.drift_reference.read_bytes() == built.drift_reference.read_bytes()
     shipped = {p.relative_to(staged) for p in staged.rglob("*") if p.is_file()}
-    source = {p.relative_to(built_repository) for pipe in PIPELINES for p in pipe.repository.rglob("*") if p.is_file()}
+    source = {
+        p.relative_to(laddered_repository)
+        for pipe in layout.pipelines(laddered_repository)
+        for p in pipe.repository.rglob("*")
+        if p.is_file()
+    }
     assert shipped == {p for p in source if not model_image.excluded(p)}
     assert not any(p.name.endswith(".plan") or "__pycache__" in p.parts for p in shipped)
+    assert (model_image_context / model_image.STAGED_REPOSITORY).is_dir()
 
 
 def http_status(url: str, method: str = "GET", headers: dict[str, str] | None = None, data: bytes | None = None) -> int:

@@ -212,7 +212,7 @@ def test_detect_client_prints_boxes_and_draws_them(triton_server, photos, tmp_pa
     )
     assert single.returncode == 0, single.stderr
     lines = single.stdout.splitlines()
-    assert lines[0] == f"astronaut.png: 1 detection (1 face) -> {drawn}"
+    assert lines[0] == f"astronaut.png: 1 detection (face: 1) -> {drawn}"
     assert lines[1].split() == ["#", "label", "score", "x_min", "y_min", "x_max", "y_max"]
     index, label, score, *box = lines[2].split()
     assert (

@@ -36,7 +36,8 @@ CONCURRENCY = 4
 def explicit_server(built_repository, tmp_path_factory) -> Iterator[tuple[LocalTritonServer, Path]]:
     """(the server, the repository it serves): explicit model control behind ADMIN_KEY."""
     root = tmp_path_factory.mktemp("rollout")
-    repository = copy_repository(built_repository, root / "model_repository")
+    repository = root / "model_repository"  # the classifier pipeline only: the one rolled out
+    copy_repository(built_repository / "image_classifier", repository / "image_classifier")
     with running_server(repository, root / "logs", EXPLICIT + RESTRICTED, exit_timeout_secs=10) as server:
         yield server, repository
 

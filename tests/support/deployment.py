@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from builders import build_envs
 from devtools.triton_server import LocalTritonServer
 from vision_serving import layout
 
@@ -115,30 +116,36 @@ DRIFT_BATCH = 8  # images per request while filling the drift windows (every ens
 
 
 def ensure_deploy_env() -> Path:
-    """.build/deploy-check with requirements/deploy-check.txt installed (reinstalled when the file changes)."""
+    """The bin folder of .build/deploy-check with requirements/deploy-check.txt installed (reinstalled when the
+    file changes; under an flock, so a background install and a test never install it at the same time).
+    Raises RuntimeError with pip's output when the install fails."""
     stamp = DEPLOY_ENV / ".requirements.sha256"
     want = hashlib.sha256(DEPLOY_REQUIREMENTS.read_bytes()).hexdigest()
     python = DEPLOY_ENV / "bin" / "python"
-    if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
-        return DEPLOY_ENV / "bin"
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", "--clear", str(DEPLOY_ENV)], check=True, capture_output=True)
-    install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(DEPLOY_REQUIREMENTS)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
-    if install.returncode != 0:
-        pytest.fail(f"could not install requirements/deploy-check.txt into {DEPLOY_ENV}:\n{install.stderr[-3000:]}")
-    stamp.write_text(want + "\n")
+    with build_envs.exclusive(DEPLOY_ENV.parent / ".deploy-check.lock"):
+        if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
+            return DEPLOY_ENV / "bin"
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", "--clear", str(DEPLOY_ENV)], check=True, capture_output=True)
+        install = subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(DEPLOY_REQUIREMENTS)],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+        )
+        if install.returncode != 0:
+            raise RuntimeError(f"could not install requirements/deploy-check.txt into {DEPLOY_ENV}:\n{install.stderr[-3000:]}")
+        stamp.write_text(want + "\n")
     return DEPLOY_ENV / "bin"
 
 
 @pytest.fixture(scope="session")
 def tools() -> Path:
-    return ensure_deploy_env()
+    try:
+        return ensure_deploy_env()
+    except RuntimeError as error:
+        pytest.fail(str(error))
 
 
 def parse_env_file(path: Path) -> dict[str, str]:
@@ -307,7 +314,7 @@ def used_metric_names(objects) -> set[str]:
 
 # --------------------------------------------------------------------------- the shared server: the image's way, the Deployment's flags
 
-ADMIN_HEADER = "X-Triton-Admin-Key"  # the header the Deployment's --http-restricted-api names
+ADMIN_HEADER = "x-triton-admin-key"  # the key name the Deployment's restricted-API flags give (lower case: gRPC metadata keys are)
 
 
 def admin_http_headers() -> dict[str, str]:
@@ -356,16 +363,37 @@ class EntryScriptServer(LocalTritonServer):
         ]
 
 
+CALIBRATION_SAMPLES = 64  # INT8 calibration images per pipeline in laddered_repository (the recipes ship 256 or 512)
+
+
 @pytest.fixture(scope="session")
-def model_image_context(built_repository, tmp_path_factory) -> Path:
-    """The model image's build context, staged from the built repository as the README says: after
-    `python -m builders all` (the precision ladder's served_precision.json travels in the image)."""
+def laddered_repository(built_repository, tmp_path_factory) -> Path:
+    """A copy of the built pipelines after `python -m builders all`, as the README has users run it before the
+    model image, with each recipe's INT8 calibration cut to CALIBRATION_SAMPLES: every step of the precision
+    ladder runs (calibration, the gate on the held-out images, served_precision.json), in a fraction of the
+    time; the shipped calibration's own gate is the slow test in tests/onnx/builders/test_quantize.py."""
     from builders.build_all import run_all
+    from devtools.loadgen import copy_repository
+
+    root = tmp_path_factory.mktemp("laddered")
+    for pipeline in layout.pipelines(built_repository):
+        copy_repository(pipeline.repository, root / pipeline.name)
+        recipe = root / pipeline.name / "pipeline.toml"
+        text, count = re.subn(r"(?m)^samples = \d+$", f"samples = {CALIBRATION_SAMPLES}", recipe.read_text())
+        assert count == 1, f"{recipe}: no [quantize] samples line"
+        recipe.write_text(text)
+    assert run_all(list(layout.pipelines(root))) == 0, "python -m builders all failed"
+    return root
+
+
+@pytest.fixture(scope="session")
+def model_image_context(laddered_repository, tmp_path_factory) -> Path:
+    """The model image's build context, staged as the README says: after `python -m builders all` (the
+    precision ladder's served_precision.json travels in the image)."""
     from devtools import model_image
 
-    assert run_all(list(layout.pipelines(built_repository))) == 0, "python -m builders all failed"
     context = tmp_path_factory.mktemp("model-image")
-    assert model_image.main(["--model-repository", str(built_repository), "--output", str(context)]) == 0
+    assert model_image.main(["--model-repository", str(laddered_repository), "--output", str(context)]) == 0
     return context
 
 

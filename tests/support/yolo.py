@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 import cv2
@@ -110,8 +112,49 @@ def _key() -> str:
     return digest.hexdigest()[:16]
 
 
+_training_lock = threading.Lock()  # one training at a time in this process (the background one and a fixture's)
+_background: Future[Path] | None = None
+
+
+def train_in_background() -> None:
+    """Start :func:`trained` in a thread, so a run that will need the detector trains it while other tests
+    run (the training is a subprocess: it takes CPU, not this interpreter); :func:`trained` waits for it."""
+    global _background
+    if _background is None and not (CACHE / _key() / "training.json").is_file():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        log_file = CACHE / "background-training.log"
+
+        def log(message: str) -> None:
+            with open(log_file, "a") as handle:
+                handle.write(message + "\n")
+
+        future: Future[Path] = Future()
+
+        def work() -> None:
+            try:
+                future.set_result(_train_once(log))
+            except BaseException as error:  # raised by trained() in the test that needs it
+                future.set_exception(error)
+
+        _background = future
+        # A daemon thread: a run that ends early does not wait for the training (its subprocess finishes on its own).
+        threading.Thread(target=work, name="yolo-training", daemon=True).start()
+
+
 def trained(log=print) -> Path:
-    """The folder holding yolo.onnx, end2end.onnx and training.json (trained once per key)."""
+    """The folder holding yolo.onnx, end2end.onnx and training.json (trained once per key; a training
+    started by :func:`train_in_background` is waited for, and its failure raised here)."""
+    if _background is not None:
+        _background.result()
+    return _train_once(log)
+
+
+def _train_once(log) -> Path:
+    with _training_lock:
+        return _train(log)
+
+
+def _train(log) -> Path:
     folder = CACHE / _key()
     if (folder / "training.json").is_file():
         return folder

@@ -536,7 +536,7 @@ class DetectionTask(Task):
         for label in labels:
             tally[label] = tally.get(label, 0) + 1
         summary = f"{count} detection{'' if count == 1 else 's'}" + (
-            " (" + ", ".join(f"{n} {label}" for label, n in tally.items()) + ")" if tally else ""
+            " (" + ", ".join(f"{label}: {n}" for label, n in tally.items()) + ")" if tally else ""  # no plurals of label names
         )
         lines = [f"{name}: {summary}" + (f" -> {drawn}" if drawn else "")]
         if count:

@@ -121,7 +121,7 @@ def run_plan(trt, plan: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.nda
 
 
 def onnxruntime_emulation(onnx_path: Path, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The Q/DQ model on onnxruntime without fusion: Q -> DQ -> float ops, close to TensorRT's INT8 math (docs/design.md §3)."""
+    """The Q/DQ model on onnxruntime without fusion: Q -> DQ -> float ops, close to TensorRT's INT8 math (docs/design.md, "INT8 on CPU is judged by emulation")."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

@@ -31,6 +31,8 @@ def detector(
     metadata: dict[str, str] | None = None,
     batch: int | str = 1,
     input_dims: list[int | str] | None = None,
+    input_type: int = onnx.TensorProto.FLOAT,
+    output_type: int = onnx.TensorProto.FLOAT,
 ) -> Path:
     """A 1x1 Conv at stride 8 over the image, reshaped into the layout's raw output (batch 1 pinned in the Reshape)."""
     height, width = size
@@ -47,8 +49,8 @@ def detector(
         shape = [batch, anchors, channels]
     built = model(
         nodes,
-        [value("images", input_dims or [batch, 3, height, width])],
-        [value("output0", shape)],
+        [value("images", input_dims or [batch, 3, height, width], input_type)],
+        [value("output0", shape, output_type)],
         [const("w", rng.normal(size=(channels, 3, 1, 1)), np.float32), const("shape", [1, channels, -1], np.int64)],
     )
     helper.set_model_props(built, {**(metadata if metadata is not None else {**ULTRALYTICS, "imgsz": f"[{height}, {width}]"})})
@@ -114,8 +116,14 @@ def test_a_shape_that_fits_two_heads_needs_head(tmp_path):
         ({"metadata": {**ULTRALYTICS, "imgsz": "[64, 96]", "task": "segment"}}, "is an Ultralytics 'segment' model; supported: 'detect'"),
         ({"metadata": {**ULTRALYTICS, "imgsz": "[64, 96]", "end2end": "True"}}, "but its metadata says NMS is in the model (end2end)"),
         ({"input_dims": [1, 3, "h", "w"], "metadata": {"names": "['cat', 'dog', 'bird']"}}, "the input size is dynamic"),
+        (
+            {"input_type": onnx.TensorProto.UINT8},
+            "m.onnx: input 'images' is uint8 [1, 3, 64, 96]; supported: a float32 [N, 3, H, W] image (NCHW)",
+        ),
+        ({"input_dims": [1, 64, 96, 3]}, "m.onnx: input 'images' is float32 [1, 64, 96, 3]; supported: a float32 [N, 3, H, W] image"),
+        ({"output_type": onnx.TensorProto.FLOAT16}, "m.onnx: output 'output0' is float16; supported: float32"),
     ],
-    ids=["segment-task", "end2end-metadata-on-a-raw-head", "dynamic-size-without-imgsz"],
+    ids=["segment-task", "end2end-metadata-on-a-raw-head", "dynamic-size-without-imgsz", "uint8-input", "nhwc-input", "float16-output"],
 )
 def test_unsupported_models_are_refused_in_one_line(tmp_path, change, message):
     with pytest.raises(yolo.UnsupportedModel) as raised:
@@ -157,6 +165,10 @@ def test_the_folder_is_a_complete_pipeline(tmp_path):
     lines: list[str] = []
     scaffold.new_pipeline("pets", "yolo", repository, log=lines.append, model=source)
     assert lines[0] == "m.onnx: yolo head, 3 classes (cat, dog, bird), input 64x96, Ultralytics metadata"
+    assert lines[-1] == (
+        f"created {repository / 'pets'} for m.onnx; next: `python -m builders all --pipeline pets --model-repository {repository}`, "
+        f"then `./scripts/serve --model-repository {repository}`"
+    )
     assert consistency.check_repository(repository) == []
     pipeline = loaded.load(layout.pipeline("pets", repository))
     assert pipeline.recipe.source.sha256 == sha256_file(source) == sha256_file(repository / "pets" / "model.onnx")

@@ -267,7 +267,7 @@ def test_recipe_options_come_from_the_recipe():
     options = q.recipe_options(CLASSIFIER)
     section = CLASSIFIER.recipe.quantize
     assert options == q.QuantizeOptions(method=section.method, samples=section.samples, exclude=section.exclude)
-    # The classifier's recipe keeps the measured defaults (docs/design.md, "INT8").
+    # The classifier's recipe keeps the measured defaults (docs/design.md, "Precision comes from the ONNX, chosen by a ladder").
     assert options == q.QuantizeOptions()
     segmenter = q.recipe_options(SEGMENTER)
     assert segmenter.samples == SEGMENTER.recipe.quantize.samples == 256 and segmenter.exclude == ()

@@ -25,7 +25,7 @@ def openvino_config() -> model_config.ModelConfig:
 def test_every_pipeline_has_an_openvino_core_and_defaults_to_onnxruntime_fp32():
     for pipeline in layout.pipelines():
         default = model_config.load_config(pipeline.core_dir, "cpu")
-        # Measured: onnxruntime FP32 is as fast as or faster than OpenVINO here, and exact (docs/design.md §2).
+        # Measured: onnxruntime FP32 is as fast as or faster than OpenVINO here, and exact (docs/design.md, "The CPU core is onnxruntime FP32").
         assert core_model.runtime(default) == "onnxruntime"
         assert core_model.onnx_filename(default, pipeline.core_version_dir) == layout.FP32_ONNX
         config = model_config.load_config(pipeline.core_dir, "cpu_openvino")

@@ -147,6 +147,7 @@ def test_values_are_formatted_for_reading():
         "100",
         "1234.6",
     ]
+    assert report.fmt(3.2e-30) == "3.2e-30"
     assert report.fmt({"a": 1, "b": [84, 8400]}) == "a: 1, b: 84/8400" and report.fmt("a|b") == "a\\|b"
 
 

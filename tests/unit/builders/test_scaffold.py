@@ -39,6 +39,18 @@ def test_the_copy_is_renamed_and_says_where_it_came_from(repository):
     assert consistency.check_repository(repository) == []
 
 
+def test_the_next_commands_name_the_model_repository_when_it_is_not_the_default(repository):
+    lines: list[str] = []
+    scaffold.new_pipeline("my_segmenter", TEMPLATE.name, repository, log=lines.append)
+    (line,) = lines
+    assert "edit pipeline.toml and the configs (docs/models.md, 'Any ONNX model: start from the pipeline of its task')" in line
+    assert line.endswith(
+        f"then `python -m builders all --pipeline my_segmenter --model-repository {repository}`, "
+        f"then `./scripts/serve --model-repository {repository}`"
+    )
+    assert scaffold.next_commands("mine", layout.MODEL_REPOSITORY) == "`python -m builders all --pipeline mine`, then `./scripts/serve`"
+
+
 def test_names_and_templates_are_checked(repository):
     with pytest.raises(BuildError, match="use lower-case letters, digits and _"):
         scaffold.new_pipeline("My-Model", TEMPLATE.name, repository, log=lambda _: None)

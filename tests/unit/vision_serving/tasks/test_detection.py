@@ -318,7 +318,7 @@ def test_the_client_prints_labels_and_counts(tmp_path):
         "class_ids": np.array([1, 1], np.int32), "labels": np.array([b"square", b"square"], object), "count": np.array([2], np.int32),
     }  # fmt: skip
     report = detection.TASK.client_report("x.jpg", outputs, b"", argparse.Namespace(draw=None))
-    assert report.lines[0] == "x.jpg: 2 detections (2 square)"
+    assert report.lines[0] == "x.jpg: 2 detections (square: 2)"
     assert report.record["detections"][0] == {"label": "square", "class_id": 1, "score": 0.9, "box": [1.0, 2.0, 3.0, 4.0]}
     none = detection.TASK.client_report("y.jpg", {**outputs, "count": np.array([0], np.int32)}, b"", argparse.Namespace(draw=None))
     assert none.lines == ["y.jpg: 0 detections"] and none.record["detections"] == []

@@ -1,0 +1,93 @@
+"""./scripts/serve before tritonserver starts: ports already in use are refused in one line, untouched; the
+client command it suggests per served pipeline (the script of the pipeline's task, --url off the default port)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devtools import client, triton_server
+from vision_serving import layout, model_config
+from vision_serving.tasks import registry
+
+SCRIPTS = layout.REPOSITORY_ROOT / "scripts"
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port another server listens on (here: a bare socket on localhost)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for probe in sockets:
+            probe.bind(("", 0))
+        return [probe.getsockname()[1] for probe in sockets]
+    finally:
+        for probe in sockets:
+            probe.close()
+
+
+def test_a_port_in_use_is_refused_in_one_line_before_anything_is_built_or_written(busy_port, monkeypatch, capsys):
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("serve went on past a port in use")
+
+    monkeypatch.setattr(triton_server, "build_artifacts", must_not_run)
+    monkeypatch.setattr(triton_server.cpu_sizing, "size_repository", must_not_run)
+    grpc, metrics = free_ports(2)
+    view = triton_server.BUILD_DIR / "sized" / str(busy_port)
+    existed = view.exists()
+    argv = ["--http-port", str(busy_port), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    assert triton_server.main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"serve: error: port {busy_port} is in use (another server?); pass --http-port/--grpc-port/--metrics-port"
+    ]
+    assert view.exists() == existed
+
+
+def test_the_library_refuses_busy_or_equal_ports_before_it_sizes_the_view(busy_port, monkeypatch):
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the sized view was written")
+
+    monkeypatch.setattr(triton_server.cpu_sizing, "size_repository", must_not_run)
+    http, metrics = free_ports(2)
+    with pytest.raises(triton_server.LauncherError, match=rf"^port {busy_port} is in use \(another server\?\)"):
+        triton_server.LocalTritonServer(http_port=http, grpc_port=busy_port, metrics_port=metrics).start()
+    with pytest.raises(triton_server.LauncherError, match=rf"the three ports must differ \(--http-port {http}, --grpc-port {http}, "):
+        triton_server.LocalTritonServer(http_port=http, grpc_port=http, metrics_port=metrics).start()
+    assert not triton_server.port_in_use(http)
+
+
+def test_each_served_pipeline_gets_the_client_of_its_task(tmp_path: Path):
+    # The shipped pipelines (a user's own folders in model_repository/ are theirs, not this test's).
+    by_name = {name: layout.pipeline(name) for name in ("face_detector", "image_classifier", "person_segmenter")}
+    served = list(by_name.values())
+    assert triton_server.client_commands([by_name["face_detector"]], "localhost:8001") == ["./scripts/detect .build/samples"]
+    assert triton_server.client_commands(served, "localhost:9001") == [
+        "./scripts/detect --url localhost:9001 .build/samples",
+        "./scripts/classify --url localhost:9001 .build/samples",
+        "./scripts/segment --url localhost:9001 .build/samples/astronaut.png",
+    ]
+    # A pipeline of the user's: the script of its task (read from its postprocess config), with --model.
+    mine = layout.Pipeline("my_detector", tmp_path / "my_detector")
+    mine.model_dir("postprocess").mkdir(parents=True)
+    shutil.copy(by_name["face_detector"].model_dir("postprocess") / "config.pbtxt", mine.model_dir("postprocess"))
+    assert triton_server.client_commands([mine], "localhost:8001") == ["./scripts/detect --model my_detector .build/samples"]
+
+
+def test_every_task_has_its_client_script():
+    assert set(client.CLIENT_SCRIPTS) == set(registry.TASKS)
+    for task, script in client.CLIENT_SCRIPTS.items():
+        assert (SCRIPTS / script.name).is_file()
+        assert f'script_main("{task}")' in (SCRIPTS / f"{script.name}.py").read_text()
+        default = layout.pipeline(script.default_model)
+        assert registry.for_config(model_config.load_config(default.model_dir("postprocess"))).name == task
