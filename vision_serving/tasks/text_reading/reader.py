@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from . import detection, recognition
+from . import detection, fanout, recognition
 from .settings import DEFAULT, ReaderSettings
 
 Model = Callable[[np.ndarray], np.ndarray]
@@ -54,27 +54,23 @@ def recognize(
     settings: ReaderSettings = DEFAULT,
     batching: Batching = "reference",
     buckets: Sequence[int] = recognition.DEFAULT_BUCKETS,
+    max_batch: int | None = None,
 ) -> list[tuple[str, float]]:
-    """(text, score) per crop, in the crops' order."""
+    """(text, score) per crop, in the crops' order. ``max_batch``: crops per recognizer call with
+    ``"buckets"`` (the served recognizer's ``max_batch_size``; RapidOCR's batch by default)."""
     rec = settings.recognition
-    groups: list[tuple[list[int], int]]
+    chunks: list[fanout.Chunk]
     if batching == "reference":
-        groups = recognition.reference_batches(crops, rec)
+        chunks = [fanout.Chunk(tuple(members), width) for members, width in recognition.reference_batches(crops, rec)]
     else:
-        by_width: dict[int, list[int]] = {}
-        for index, image in enumerate(crops):
-            by_width.setdefault(recognition.bucket_width(image, rec, buckets), []).append(index)
-        groups = [
-            (members[start : start + rec.batch], width)
-            for width, members in sorted(by_width.items())
-            for start in range(0, len(members), rec.batch)
-        ]
-    results: list[tuple[str, float]] = [("", 0.0)] * len(crops)
-    for members, width in groups:
-        batch = np.stack([recognition.recognition_input(crops[index], width, rec) for index in members])
-        for index, result in zip(members, recognition.ctc_decode(recognizer(batch), classes)):
-            results[index] = result
-    return results
+        widths = [recognition.bucket_width(image, rec, buckets) for image in crops]
+        chunks = fanout.plan(widths, max_batch or rec.batch)
+
+    def batch_of(chunk: fanout.Chunk) -> np.ndarray:
+        return np.stack([recognition.recognition_input(crops[index], chunk.width, rec) for index in chunk.members])
+
+    rows = fanout.run_sync(chunks, len(crops), batch_of, recognizer)
+    return [recognition.ctc_decode(row[np.newaxis], classes)[0] for row in rows]
 
 
 def upright(crops: Sequence[np.ndarray], classifier: Model, settings: ReaderSettings = DEFAULT) -> list[np.ndarray]:
