@@ -13,6 +13,8 @@ against the project's port (:mod:`vision_serving.tasks.text_reading.offset`).
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import onnxruntime
 import pytest
@@ -133,6 +135,36 @@ def test_the_two_stages_read_what_rapidocr_reads(drawn, sessions, classes, rapid
     assert agreement.cer <= MAX_CER, agreement.summary()
     assert agreement.mean_iou >= MIN_IOU, agreement.summary()
     assert min(agreement.ious or [1.0]) >= MIN_IOU, agreement.summary()
+
+
+def test_photos_read_together_in_chunks_read_as_each_alone(drawn, sessions, classes):
+    """What a served postprocess does with a Triton batch: the crops of all its photos to the classifier and
+    the recognizer in chunks of at most 4 (all in flight at once), back to their photos: the same lines as
+    each photo read alone with width buckets."""
+    models = {role: _runner(session) for role, session in sessions.items()}
+    calls: list[int] = []
+
+    def stage(model):
+        async def infer(batch: np.ndarray) -> np.ndarray:
+            calls.append(len(batch))
+            return model(batch)
+
+        return infer
+
+    names = sorted(drawn)
+    prepared = [detection.prepare(text_reading.decode_bgr(drawn[name]), DEFAULT.detection) for name in names]
+    assert all(item is not None for item in prepared)
+    maps = [models["detector"](item.tensor[np.newaxis]) for item in prepared if item is not None]
+    stages = reader.Stages(stage(models["classifier"]), 4, stage(models["recognizer"]), 4)
+    together = asyncio.run(reader.read_batch([item for item in prepared if item is not None], maps, stages, classes))
+    alone = _read(drawn, sessions, classes, "buckets")
+    assert max(calls) == 4
+    for name, lines in zip(names, together):
+        assert [(line.text, line.score) for line in lines] == [(line.text, line.score) for line in alone[name]], name
+        np.testing.assert_array_equal(np.array([line.box for line in lines]), np.array([line.box for line in alone[name]]))
+    outputs = reader.padded(together)
+    assert outputs["COUNT"].reshape(-1).tolist() == [len(alone[name]) for name in names]
+    assert outputs["TEXTS"].shape == outputs["SCORES"].shape == (len(names), max(len(lines) for lines in together))
 
 
 def test_rapidocr_reads_most_of_the_drawn_text(made, rapidocr):

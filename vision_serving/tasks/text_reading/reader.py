@@ -109,9 +109,92 @@ def read(
             raise ValueError("settings.use_classifier needs the direction classifier")
         crops = upright(crops, classifier, settings)
     texts = recognize(crops, recognizer, classes, settings, batching, buckets)
+    return lines_of(found, texts, prepared, settings)
+
+
+def lines_of(
+    found: detection.TextBoxes, texts: Sequence[tuple[str, float]], prepared: detection.DetectionInput, settings: ReaderSettings
+) -> list[Line]:
+    """One photo's lines: its boxes mapped back to the photo with their (text, score), those with empty
+    text or a score below ``text_score`` dropped (``RapidOCR.filter_by_text_score``)."""
     boxes = detection.to_photo(found.boxes, prepared)
     return [
         Line(text, score, box, float(box_score))
         for (text, score), box, box_score in zip(texts, boxes, found.scores)
         if text.strip() and not score < settings.recognition.text_score
     ]
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The second-stage models as a served postprocess reaches them: each an async call (a batch in, the
+    model's output out) and the most crops one call may hold (the model's ``max_batch_size``)."""
+
+    classifier: fanout.Infer | None
+    classifier_batch: int
+    recognizer: fanout.Infer
+    recognizer_batch: int
+
+
+async def read_batch(
+    prepared: Sequence[detection.DetectionInput],
+    maps: Sequence[np.ndarray],
+    stages: Stages,
+    classes: Sequence[str],
+    settings: ReaderSettings = DEFAULT,
+    buckets: Sequence[int] = recognition.DEFAULT_BUCKETS,
+) -> list[list[Line]]:
+    """The lines of several photos from their detector maps: the crops of all photos go to the direction
+    classifier, then to the recognizer, in chunks (:mod:`.fanout`: one width bucket, at most a batch, all
+    in flight at once), and come back to their photo. ``maps[i]``: photo i's probability map."""
+    found = [
+        detection.boxes_from_map(probability, item.image.shape[0], item.image.shape[1], settings.detection)
+        for item, probability in zip(prepared, maps)
+    ]
+    owners = [photo for photo, boxes in enumerate(found) for _ in range(len(boxes))]
+    crops = [recognition.crop(item.image, box) for item, boxes in zip(prepared, found) for box in boxes.boxes]
+    if crops and settings.use_classifier:
+        if stages.classifier is None:
+            raise ValueError("settings.use_classifier needs the direction classifier")
+        cls = settings.classifier
+        chunks = fanout.plan([cls.width] * len(crops), stages.classifier_batch)
+        rows = await fanout.run(
+            chunks,
+            len(crops),
+            lambda chunk: np.stack([recognition.classifier_input(crops[i], cls) for i in chunk.members]),
+            stages.classifier,
+        )
+        crops = recognition.turned(crops, recognition.directions(np.stack(rows), cls).flip)
+    rec = settings.recognition
+    chunks = fanout.plan([recognition.bucket_width(image, rec, buckets) for image in crops], stages.recognizer_batch)
+    rows = await fanout.run(
+        chunks,
+        len(crops),
+        lambda chunk: np.stack([recognition.recognition_input(crops[i], chunk.width, rec) for i in chunk.members]),
+        stages.recognizer,
+    )
+    texts = [recognition.ctc_decode(row[np.newaxis], classes)[0] for row in rows]
+    per_photo: list[list[tuple[str, float]]] = [[] for _ in prepared]
+    for owner, text in zip(owners, texts):
+        per_photo[owner].append(text)
+    return [lines_of(boxes, photo_texts, item, settings) for boxes, photo_texts, item in zip(found, per_photo, prepared)]
+
+
+def padded(lines: Sequence[Sequence[Line]]) -> dict[str, np.ndarray]:
+    """The pipeline's outputs for several photos, each padded to the largest line count K: ``TEXTS``
+    BYTES ``[N, K]`` (UTF-8), ``SCORES`` FP32 ``[N, K]``, ``BOXES`` FP32 ``[N, K, 4, 2]``,
+    ``BOX_SCORES`` FP32 ``[N, K]``, ``COUNT`` INT32 ``[N, 1]``; rows past a photo's count are empty and zero."""
+    count = len(lines)
+    k = max((len(photo) for photo in lines), default=0)
+    texts = np.full((count, k), b"", dtype=np.object_)
+    scores = np.zeros((count, k), np.float32)
+    boxes = np.zeros((count, k, 4, 2), np.float32)
+    box_scores = np.zeros((count, k), np.float32)
+    for row, photo in enumerate(lines):
+        for column, line in enumerate(photo):
+            texts[row, column] = line.text.encode("utf-8")
+            scores[row, column] = line.score
+            boxes[row, column] = line.box
+            box_scores[row, column] = line.box_score
+    counts = np.array([[len(photo)] for photo in lines], np.int32).reshape(count, 1)
+    return {"TEXTS": texts, "SCORES": scores, "BOXES": boxes, "BOX_SCORES": box_scores, "COUNT": counts}
