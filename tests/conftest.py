@@ -133,7 +133,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 name, call = INSTALLS_BY_FIXTURE[fixture]
                 installs[name] = call
         module = getattr(item, "module", None)
-        if module is not None and references in vars(module).values():
+        if module is not None and any(value is references for value in vars(module).values()):
             installs[references.ENV] = background.build_env(references.ENV)
     background.install(installs)
 
