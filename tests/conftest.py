@@ -21,12 +21,15 @@ from tests.support import background, references
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
-TIERS = ("unit", "onnx", "deploy", "integration", "gpu")
+# The tiers, in the order a run takes them: the quick ones first (they fail fast, and they run while the
+# build environments install in the background), the ones that start servers last.
+TIERS = ("unit", "deploy", "onnx", "integration", "gpu")
 # The deployment fixtures (rendered manifests, the Deployment's container), for tests/deploy and tests/integration.
 pytest_plugins = ("tests.support.deployment",)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers = {}
     for item in items:
         tier = Path(item.path).resolve().relative_to(TESTS).parts[0]
         if tier not in TIERS:
@@ -35,6 +38,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if other:
             raise pytest.UsageError(f"{item.nodeid}: marked {', '.join(sorted(other))} but lives in tests/{tier}/ (move it)")
         item.add_marker(getattr(pytest.mark, tier))
+        tiers[item] = TIERS.index(tier)
+    items.sort(key=tiers.__getitem__)  # stable: each tier keeps its files' and tests' order
 
 
 class ServerStarts:
@@ -133,7 +138,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                 name, call = INSTALLS_BY_FIXTURE[fixture]
                 installs[name] = call
         module = getattr(item, "module", None)
-        if module is not None and references in vars(module).values():
+        if module is not None and any(value is references for value in vars(module).values()):
             installs[references.ENV] = background.build_env(references.ENV)
     background.install(installs)
 

@@ -1,4 +1,4 @@
-"""The systems benchmark end to end in a minimal mode (2 concurrencies x 2 s) against a real server.
+"""The systems benchmark end to end in a minimal mode (2 concurrencies x 1 s) against a real server.
 
 Only the shape of the results and the absence of errors are asserted: speed is judged by the
 benchmark itself (benchmarks/results/), never by tests.
@@ -23,7 +23,7 @@ def result(triton_server, tmp_path_factory):
         mixes=("web",),
         systems=systems.ALL_SYSTEMS,
         concurrencies=[1, 2],
-        duration_s=2.0,
+        duration_s=1.0,
         warmup_s=0.5,
         batch_sizes=[1, 2],
         inprocess_duration_s=0.5,

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 
 PIPELINE = CLASSIFIER
 ALERT = "VisionServingFeatureDrift"
-FOR_DIVISOR = 60  # 15 minutes of `for:` become 15 s
+FOR_DIVISOR = 180  # 15 minutes of `for:` become 5 s
 CONCURRENCY = 4
 ALERT_TIMEOUT_S = 120.0
 

@@ -10,7 +10,7 @@ import pytest
 from builders import evaluate, loaded
 from builders import quantize as q
 from devtools.loadgen import free_port
-from tests.support.pipelines import REDUCED_GATE, int8_test_repository
+from tests.support.pipelines import REDUCED_GATE
 from vision_serving import layout, model_config
 from vision_serving.pipeline_configs import PipelineConfigs
 from vision_serving.served import ServedPipeline
@@ -24,13 +24,13 @@ GOLDEN = {
 
 
 @pytest.fixture(scope="module")
-def int8_server(built_repository, tmp_path_factory):
+def int8_server(int8_classifier, tmp_path_factory):
     """tritonserver with --model-config-name=cpu_int8: core from configs/cpu_int8.pbtxt, the rest from config.pbtxt.
 
     Yields the server and the served copy of the image_classifier pipeline (a layout.Pipeline)."""
     from devtools.triton_server import LocalTritonServer
 
-    pipeline = int8_test_repository(built_repository)
+    pipeline = int8_classifier
     log_file = tmp_path_factory.mktemp("triton-int8") / "tritonserver.log"
     server = LocalTritonServer(
         http_port=free_port(),

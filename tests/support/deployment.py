@@ -23,6 +23,7 @@ import pytest
 
 from builders import build_envs
 from devtools.triton_server import LocalTritonServer
+from tests.support.pipelines import CALIBRATION_SAMPLES
 from vision_serving import layout
 
 ROOT = layout.REPOSITORY_ROOT
@@ -363,9 +364,6 @@ class EntryScriptServer(LocalTritonServer):
         ]
 
 
-CALIBRATION_SAMPLES = 64  # INT8 calibration images per pipeline in laddered_repository (the recipes ship 256 or 512)
-
-
 @pytest.fixture(scope="session")
 def laddered_repository(built_repository, tmp_path_factory) -> Path:
     """A copy of the built pipelines after `python -m builders all`, as the README has users run it before the
@@ -384,6 +382,21 @@ def laddered_repository(built_repository, tmp_path_factory) -> Path:
         recipe.write_text(text)
     assert run_all(list(layout.pipelines(root))) == 0, "python -m builders all failed"
     return root
+
+
+@pytest.fixture(scope="session")
+def int8_classifier(laddered_repository, tmp_path_factory) -> layout.Pipeline:
+    """The laddered image_classifier (its INT8 model calibrated on CALIBRATION_SAMPLES, with provenance) copied
+    alone into a model repository of its own, without its served_precision.json: the CPU config then serves FP32
+    and configs/cpu_int8.pbtxt the INT8 model, so tests can tell the two apart. ``.repository.parent`` is a model
+    repository to serve; the builders take the pipeline."""
+    from devtools.loadgen import copy_repository
+
+    root = tmp_path_factory.mktemp("int8") / "model_repository"
+    copy_repository(laddered_repository / "image_classifier", root / "image_classifier")
+    copy = layout.pipeline("image_classifier", root)
+    copy.served_precision.unlink()
+    return copy
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,10 @@
 """person_segmenter at FP32 and at the precision the ladder chose, against MediaPipe's own runtime.
 
-In process (decode, the served preprocessing, onnxruntime, the served postprocessing): the
-integration test checks the same through the real server at the precision the CPU serves.
+The pipeline is the laddered copy the model image is staged from (tests/support/deployment.py:
+`python -m builders all` with the INT8 calibration cut to 64 samples), so the ladder that chose its
+precision is the one the shared server's image carries. In process (decode, the served preprocessing,
+onnxruntime, the served postprocessing): the integration test checks the same through the real server
+at the precision the CPU serves.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from builders import export, loaded, precision
+from builders import loaded, precision
 from builders.loaded import LoadedPipeline
 from tests.support import references
 from vision_serving import layout
@@ -21,10 +24,8 @@ PERSON_PHOTOS = ("astronaut", "grace_hopper", "camera")
 
 
 @pytest.fixture(scope="module")
-def segmenter() -> LoadedPipeline:
-    pipeline = loaded.load(layout.pipeline("person_segmenter"))
-    export.export(pipeline, log=lambda _: None)
-    return pipeline
+def segmenter(laddered_repository) -> LoadedPipeline:
+    return loaded.load(layout.pipeline("person_segmenter", laddered_repository))
 
 
 def masks_of(pipeline: LoadedPipeline, onnx_file, optimization: str, photo_bytes: dict[str, bytes]) -> list[np.ndarray]:
@@ -47,12 +48,12 @@ def test_fp32_matches_mediapipe(segmenter, mediapipe, photo_bytes):
 
 
 def test_the_served_precision_matches_mediapipe(segmenter, mediapipe, photo_bytes):
-    record = precision.select_precision(segmenter, log=lambda _: None)
+    record = json.loads(segmenter.layout.served_precision.read_text())  # what select-precision wrote
     rungs = {rung["precision"]: rung for rung in record["rungs"]}
     assert record["precision"] in ("int8", "fp16", "fp32") and rungs[record["precision"]]["pass"]
     assert all(not rung["pass"] for name, rung in rungs.items() if name != record["precision"])  # the first passing rung
     served = segmenter.layout.served_onnx()
-    assert served is not None and json.loads(segmenter.layout.served_precision.read_text())["onnx"] == served.name
+    assert served is not None and record["onnx"] == served.name
     optimization = "disable_all" if record["precision"] == "int8" else "all"
     for mask, reference in zip(masks_of(segmenter, served, optimization, photo_bytes), mediapipe):
         assert segmentation.iou(mask, reference) >= 0.95

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builders import arguments, calibration, cli, loaded, recipe
 from builders import quantize as q
-from tests.support.pipelines import REDUCED_GATE, TEST_SAMPLES, built_classifier, int8_test_repository
+from tests.support.pipelines import CALIBRATION_SAMPLES, REDUCED_GATE, built_classifier
 from vision_serving import layout
 from vision_serving.served import ServedInputs
 
@@ -340,8 +340,9 @@ def test_exclusions_resolve_to_node_names(fp32_model):
 
 
 @pytest.fixture(scope="module")
-def int8_repository():
-    return loaded.load(int8_test_repository())
+def int8_repository(int8_classifier):
+    """The classifier after the laddered repository's `builders all` (its recipe's options, CALIBRATION_SAMPLES)."""
+    return loaded.load(int8_classifier)
 
 
 def test_quantized_default_model_is_tensorrt_style_int8(int8_repository):
@@ -351,7 +352,7 @@ def test_quantized_default_model_is_tensorrt_style_int8(int8_repository):
     provenance = json.loads(path.with_name(path.name + ".json").read_text())
     assert provenance["quantizer"]["version"] == "0.47.0"
     assert provenance["quantizer"]["calibration_method"] == q.DEFAULT_METHOD
-    assert provenance["calibration"]["samples"] == TEST_SAMPLES
+    assert provenance["calibration"]["samples"] == CALIBRATION_SAMPLES
     calibration_photos, evaluation_photos = calibration.photo_split(int8_repository)
     assert set(provenance["calibration"]["photos"]) <= set(calibration_photos)
     assert provenance["calibration"]["held_out_photos"] == list(evaluation_photos)
@@ -370,7 +371,7 @@ def test_quantized_default_model_is_tensorrt_style_int8(int8_repository):
 
 def test_quantize_is_idempotent(int8_repository):
     messages: list[str] = []
-    result = q.quantize(int8_repository, q.recipe_options(int8_repository, samples=TEST_SAMPLES), log=messages.append)
+    result = q.quantize(int8_repository, q.recipe_options(int8_repository, samples=CALIBRATION_SAMPLES), log=messages.append)
     assert result.status == "up to date" and messages == [f"up to date ({q.INT8_FILENAME})"]
 
 
