@@ -97,13 +97,11 @@ def test_served_lines_are_the_in_process_reader_s_and_agree_with_rapidocr(server
             atol=0.5,
         )
     rapidocr = text_reading.reference(drawn)
-    agreement = text_reading.Agreement()
-    for name in drawn:
-        text_reading.compare(rapidocr[name]["lines"], served[name], name, agreement)
+    agreement = text_reading.against_rapidocr(rapidocr, served)
     print(f"\nserved {NAME} vs RapidOCR {rapidocr['']['rapidocr']} ({len(drawn)} photos): {agreement.summary()}")
     assert agreement.lines >= 3 * len(drawn)
     assert agreement.exact_rate >= 0.95 and agreement.cer <= 0.01, agreement.summary()
-    assert min(agreement.ious or [1.0]) >= 0.9, agreement.summary()
+    assert agreement.min_iou >= 0.9, agreement.summary()
 
 
 def test_concurrent_photos_share_recognizer_batches_and_answer_as_alone(server, drawn, in_process):

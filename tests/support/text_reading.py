@@ -30,6 +30,7 @@ from PIL import Image, ImageDraw, ImageFont
 from builders import Log, build_envs, photos, stderr_logger
 from builders.artifacts import sha256_bytes, sha256_file
 from vision_serving import layout
+from vision_serving.tasks.text_reading import agreement, reader
 
 SCRIPT = Path(__file__).resolve().parent / "rapidocr_reference.py"
 CACHE_DIR = layout.BUILD_DIR / "references"
@@ -190,98 +191,14 @@ def unclip_reference(boxes: Sequence[np.ndarray], log: Log = log_to_stderr) -> l
 # --------------------------------------------------------------------------- comparing readings
 
 
-def box_iou(a: np.ndarray, b: np.ndarray) -> float:
-    """IoU of two quadrilaterals (their convex hulls: the boxes are convex up to whole-pixel truncation)."""
-    first = cv2.convexHull(np.asarray(a, np.float32).reshape(-1, 1, 2))
-    second = cv2.convexHull(np.asarray(b, np.float32).reshape(-1, 1, 2))
-    inter, _ = cv2.intersectConvexConvex(first, second)
-    union = cv2.contourArea(first) + cv2.contourArea(second) - inter
-    return float(inter / union) if union > 0 else 0.0
+def rapidocr_lines(record: Sequence[dict[str, Any]]) -> list[reader.Line]:
+    """RapidOCR's lines (the reference script's JSON: text, score, box) as the reader's ``Line``s."""
+    return [reader.Line(line["text"], float(line["score"]), np.asarray(line["box"], np.float32).reshape(4, 2), 0.0) for line in record]
 
 
-def edit_distance(a: str, b: str) -> int:
-    previous = list(range(len(b) + 1))
-    for i, left in enumerate(a, 1):
-        current = [i]
-        for j, right in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (left != right)))
-        previous = current
-    return previous[-1]
-
-
-@dataclass
-class Agreement:
-    """Two readings of the same photos: ``lines`` counted (the reference's, plus the candidate's it lacks),
-    ``exact`` (same text, boxes matched), ``edits`` and ``characters`` (the reference's; an unmatched line
-    counts all its characters), the matched boxes' IoUs, and the disagreements, for messages."""
-
-    lines: int = 0
-    exact: int = 0
-    edits: int = 0
-    characters: int = 0
-    ious: list[float] | None = None
-    score_deltas: list[float] | None = None
-    differences: list[str] | None = None
-
-    @property
-    def exact_rate(self) -> float:
-        return self.exact / self.lines if self.lines else 1.0
-
-    @property
-    def cer(self) -> float:
-        return self.edits / self.characters if self.characters else 0.0
-
-    @property
-    def mean_iou(self) -> float:
-        return float(np.mean(self.ious)) if self.ious else 1.0
-
-    def summary(self) -> str:
-        worst = min(self.ious) if self.ious else 1.0
-        scores = max(self.score_deltas) if self.score_deltas else 0.0
-        return (
-            f"{self.exact}/{self.lines} lines exact ({self.exact_rate:.1%}), CER {self.cer:.2%} "
-            f"({self.edits}/{self.characters}), box IoU mean {self.mean_iou:.4f} min {worst:.4f}, "
-            f"line score |diff| max {scores:.5f}"
-        )
-
-
-def compare(reference_lines: Sequence[dict[str, Any]], candidate_lines: Sequence[Any], name: str, into: Agreement) -> Agreement:
-    """Add one photo's comparison to ``into``: lines paired greedily by box IoU (at least 0.5)."""
-    into.ious = into.ious if into.ious is not None else []
-    into.score_deltas = into.score_deltas if into.score_deltas is not None else []
-    into.differences = into.differences if into.differences is not None else []
-    pairs = sorted(
-        (
-            (box_iou(np.array(ref["box"]), line.box), i, j)
-            for i, ref in enumerate(reference_lines)
-            for j, line in enumerate(candidate_lines)
-        ),
-        reverse=True,
-    )
-    matched: dict[int, int] = {}
-    taken: set[int] = set()
-    for iou, i, j in pairs:
-        if iou >= 0.5 and i not in matched and j not in taken:
-            matched[i] = j
-            taken.add(j)
-            into.ious.append(iou)
-    for i, ref in enumerate(reference_lines):
-        into.lines += 1
-        into.characters += len(ref["text"])
-        if i not in matched:
-            into.edits += len(ref["text"])
-            into.differences.append(f"{name}: missing {ref['text']!r} ({ref['score']:.3f})")
-            continue
-        line = candidate_lines[matched[i]]
-        into.score_deltas.append(abs(float(ref["score"]) - line.score))
-        distance = edit_distance(ref["text"], line.text)
-        into.edits += distance
-        into.exact += distance == 0
-        if distance:
-            into.differences.append(f"{name}: {ref['text']!r} ({ref['score']:.3f}) read {line.text!r} ({line.score:.3f})")
-    for j, line in enumerate(candidate_lines):
-        if j not in taken:
-            into.lines += 1
-            into.edits += len(line.text)
-            into.differences.append(f"{name}: extra {line.text!r} ({line.score:.3f})")
-    return into
+def against_rapidocr(rapidocr: dict[str, dict[str, Any]], read: dict[str, Sequence[reader.Line]]) -> agreement.Agreement:
+    """The agreement of ``read`` (lines by photo name) with RapidOCR's readings of the same photos."""
+    counts = agreement.Agreement()
+    for name, lines in read.items():
+        counts.add(rapidocr_lines(rapidocr[name]["lines"]), lines, name)
+    return counts
