@@ -116,9 +116,22 @@ def _install(name: str, requirements: Path, wanted: str, log: Log) -> Path:
     stamp.unlink(missing_ok=True)
     log(f"installing {requirements.relative_to(ROOT)} into {venv.relative_to(ROOT)} (this can take minutes)")
     # pip first: the venv's bundled pip may fail --require-hashes on a dependency's extras (requirements/pip.in).
+    # --no-compile: Python compiles the modules a build imports when it imports them; compiling all of
+    # TensorFlow's or PyTorch's at install time doubled the install's CPU time (tflite-convert: 34 s user -> 18 s).
     for locked in (PIP_LOCK, requirements):
         installed = subprocess.run(
-            [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--require-hashes", "-r", str(locked)],
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--no-compile",
+                "--require-hashes",
+                "-r",
+                str(locked),
+            ],
             capture_output=True,
             text=True,
             check=False,

@@ -27,7 +27,7 @@ from vision_serving import layout
 
 log_to_stderr = stderr_logger("new-pipeline")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-BUILT = ("*.onnx", "*.plan", "*.json", "*.timing.cache", "__pycache__")
+BUILT = ("*.onnx", "*.plan", "*.json", "*.timing.cache", "*.tmp", "__pycache__")
 # Families: what --from names besides a pipeline; each writes the folder from the model file.
 FAMILIES: dict[str, Callable[[str, Path, Path, Path | None, str | None, str | None, Log], None]] = {"yolo": yolo.scaffold}
 

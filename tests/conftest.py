@@ -127,8 +127,9 @@ INSTALLS_BY_FIXTURE = {
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """What the selected tests will need starts installing now (tests/support/background.py): by fixture
-    (INSTALLS_BY_FIXTURE), and MediaPipe's environment for the modules comparing with it (tests.support.references)."""
+    """What the selected tests will need starts now (tests/support/background.py): the installs by fixture
+    (INSTALLS_BY_FIXTURE) and MediaPipe's environment for the modules comparing with it (tests.support.references),
+    and the model repository's build when a test uses the built repository."""
     if session.config.option.collectonly:
         return
     installs = {}
@@ -141,6 +142,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if module is not None and any(value is references for value in vars(module).values()):
             installs[references.ENV] = background.build_env(references.ENV)
     background.install(installs)
+    if any("built_repository" in getattr(item, "fixturenames", ()) for item in session.items):
+        background.BUILD.start()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    background.BUILD.stop()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -167,6 +174,7 @@ def built_repository() -> Path:
     """The model repository with its artifacts built (idempotent)."""
     from devtools.triton_server import MODEL_REPOSITORY, build_artifacts
 
+    background.BUILD.wait()  # started at collection (tests/support/background.py)
     build_artifacts()
     return MODEL_REPOSITORY
 

@@ -451,7 +451,7 @@ def test_the_init_containers_run_over_every_pipeline(pod_spec, tmp_path):
     and one verify-plan over all of it; an image without a pipeline stops before any build, in one line."""
     fake_executable(tmp_path / "bin", "python")
     image, models, cache = tmp_path / "image" / "model_repository", tmp_path / "models", tmp_path / "cache"
-    shutil.copytree(layout.MODEL_REPOSITORY, image, ignore=shutil.ignore_patterns("*.onnx", "__pycache__"))
+    shutil.copytree(layout.MODEL_REPOSITORY, image, ignore=shutil.ignore_patterns("*.onnx", "*.tmp", "__pycache__"))
     models.mkdir()
     cache.mkdir()  # the pod's emptyDir
     completed = run_init_containers(pod_spec, image, models, cache, tmp_path / "bin")
@@ -485,7 +485,7 @@ def run_as_the_pod_user(pod_spec: dict[str, Any], tmp_path: Path) -> None:
     fake_bin = tmp_path / "bin"
     fake_executable(fake_bin, "python")
     image, models = tmp_path / "image" / "model_repository", tmp_path / "models"
-    shutil.copytree(layout.MODEL_REPOSITORY, image, ignore=shutil.ignore_patterns("*.onnx", "__pycache__"))
+    shutil.copytree(layout.MODEL_REPOSITORY, image, ignore=shutil.ignore_patterns("*.onnx", "*.tmp", "__pycache__"))
     models.mkdir()
     cache, scratch = tmp_path / "cache", tmp_path / "scratch"
     cache.mkdir(mode=0o755)  # root's, as an NFS export without the pod's fsGroup

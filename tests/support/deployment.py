@@ -129,7 +129,7 @@ def ensure_deploy_env() -> Path:
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", "--clear", str(DEPLOY_ENV)], check=True, capture_output=True)
         install = subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(DEPLOY_REQUIREMENTS)],
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile", "-r", str(DEPLOY_REQUIREMENTS)],
             capture_output=True,
             text=True,
             timeout=1200,

@@ -15,7 +15,7 @@ TEMPLATE = layout.pipeline("person_segmenter")
 @pytest.fixture
 def repository(tmp_path):
     root = tmp_path / "model_repository"
-    shutil.copytree(TEMPLATE.repository, root / TEMPLATE.name, ignore=shutil.ignore_patterns("*.onnx", "*.json", "__pycache__"))
+    shutil.copytree(TEMPLATE.repository, root / TEMPLATE.name, ignore=shutil.ignore_patterns("*.onnx", "*.json", "*.tmp", "__pycache__"))
     return root
 
 

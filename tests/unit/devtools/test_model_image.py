@@ -18,7 +18,9 @@ def built_copy(root: Path) -> layout.Pipeline:
     """The pipeline folder's committed files, with a served ONNX, its record, labels, a plan and caches as a build leaves them."""
     repository = root / "model_repository"
     shutil.copytree(
-        SOURCE.repository, repository / SOURCE.name, ignore=shutil.ignore_patterns("*.onnx", "*.json", "*.plan", "*.txt", "__pycache__")
+        SOURCE.repository,
+        repository / SOURCE.name,
+        ignore=shutil.ignore_patterns("*.onnx", "*.json", "*.plan", "*.txt", "*.tmp", "__pycache__"),
     )
     pipeline = layout.pipeline(SOURCE.name, repository)
     onnx = pipeline.onnx("int8")
