@@ -49,9 +49,10 @@ def steps(pipeline: LoadedPipeline, force: bool) -> list[tuple[str, Callable[[Lo
         if served is not None and served != pipeline.layout.onnx("fp32"):
             check_step(served, log)
 
+    stage_onnx = [pipeline.layout.stage_onnx(role) for role in pipeline.recipe.stages]
     return [
         ("export", lambda log: export.export(pipeline, force=force, log=log)),
-        ("check", lambda log: check_step(pipeline.layout.onnx("fp32"), log)),
+        ("check", lambda log: [check_step(path, log) for path in (pipeline.layout.onnx("fp32"), *stage_onnx)]),
         ("select-precision", lambda log: precision.select_precision(pipeline, log=log)),
         ("check-served", check_served),
         ("drift-reference", reference),

