@@ -62,6 +62,11 @@ class ClientScript:
     default_model: str  # the pipeline it calls without --model
     sample: str = ""  # what `./scripts/serve` suggests sending it: a file of .build/samples ("": the whole folder)
 
+    @property
+    def module(self) -> str:
+        """The Python module behind the script (``python -m scripts.<module>``)."""
+        return self.name.replace("-", "_")
+
     def command(self, model: str, samples: Path, url: str | None = None) -> str:
         """The command line that sends ``samples`` (or its ``sample``) to ``model`` at ``url`` (None: the default)."""
         options = [*(["--url", url] if url else []), *(["--model", model] if model != self.default_model else [])]
@@ -73,6 +78,7 @@ CLIENT_SCRIPTS: dict[str, ClientScript] = {
     "classification": ClientScript("classify", "image_classifier"),
     "segmentation": ClientScript("segment", "person_segmenter", "astronaut.png"),
     "detection": ClientScript("detect", "face_detector"),
+    "text_reading": ClientScript("read-text", "text_reader", "page.png"),
 }
 
 
