@@ -34,6 +34,12 @@ def check_step(path: Path, log: Log) -> None:
     log(f"check {path.name}: nothing blocks a TensorRT build")
 
 
+def check_all(paths: tuple[Path, ...], log: Log) -> None:
+    """The core's and every second stage's FP32 ONNX."""
+    for path in paths:
+        check_step(path, log)
+
+
 def steps(pipeline: LoadedPipeline, force: bool) -> list[tuple[str, Callable[[Log], object]]]:
     """The named steps of one pipeline, as calls with typed options."""
     from builders import drift_reference, export, precision
@@ -52,7 +58,7 @@ def steps(pipeline: LoadedPipeline, force: bool) -> list[tuple[str, Callable[[Lo
     stage_onnx = [pipeline.layout.stage_onnx(role) for role in pipeline.recipe.stages]
     return [
         ("export", lambda log: export.export(pipeline, force=force, log=log)),
-        ("check", lambda log: [check_step(path, log) for path in (pipeline.layout.onnx("fp32"), *stage_onnx)]),
+        ("check", lambda log: check_all((pipeline.layout.onnx("fp32"), *stage_onnx), log)),
         ("select-precision", lambda log: precision.select_precision(pipeline, log=log)),
         ("check-served", check_served),
         ("drift-reference", reference),
