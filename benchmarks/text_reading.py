@@ -17,16 +17,18 @@ import asyncio
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 import onnxruntime
 
-from builders import photos, rapidocr_models
-from vision_serving import image_codec
-from vision_serving.tasks.text_reading import reader, recognition, steps
+from builders import export, loaded, photos
+from vision_serving import image_codec, layout
+from vision_serving.tasks.text_reading import reader, steps
 from vision_serving.tasks.text_reading.settings import DEFAULT
+from vision_serving.tasks.text_reading.task import TextReadingPostprocessor
 
 LINES = (0, 5, 50)
 CROP_BATCH = 16  # the classifier's and the recognizer's chunks, as the served postprocess sends them
@@ -59,11 +61,21 @@ def photo_with_lines(count: int) -> bytes:
     return encoded.tobytes()
 
 
-def _model(role: str) -> Callable[[np.ndarray], np.ndarray]:
+def pipeline_models() -> tuple[dict[str, Path], list[str]]:
+    """The text_reader pipeline's ONNX files by the reader's roles (exported when missing) and the recognizer's classes."""
+    pipeline = loaded.load(layout.pipeline("text_reader"))
+    export.export(pipeline, log=lambda message: None)
+    post = pipeline.configs.postprocessor()
+    assert isinstance(post, TextReadingPostprocessor)
+    paths = {"detector": pipeline.layout.onnx("fp32"), **{role: pipeline.layout.stage_onnx(role) for role in post.stage_models}}
+    return paths, post.classes
+
+
+def _model(path: Path) -> Callable[[np.ndarray], np.ndarray]:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(str(rapidocr_models.model_file(role)), options, providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     return lambda batch: session.run(None, {name: np.ascontiguousarray(batch, dtype=np.float32)})[0]
 
@@ -99,8 +111,8 @@ class Timed:
 
 def measure(repeats: int) -> list[dict[str, Any]]:
     """One row per line count: CPU ms per photo of each step, and the lines found and read."""
-    models = {role: _model(role) for role in rapidocr_models.MODELS}
-    classes = recognition.characters(rapidocr_models.model_characters(rapidocr_models.model_file("recognizer")))
+    paths, classes = pipeline_models()
+    models = {role: _model(path) for role, path in paths.items()}
     cv2.setNumThreads(1)
     rows = []
     for count in LINES:

@@ -42,9 +42,18 @@ def is_ragged(array: np.ndarray) -> bool:
     return array.dtype == object and array.ndim == 1 and all(isinstance(item, np.ndarray) for item in array)
 
 
+def max_detector_side(config: ModelConfig) -> int:
+    """The text detection preprocessor's ``max_detector_side``: photos whose detector input is longer are refused."""
+    return model_config.int_parameter(config, "max_detector_side", text_steps.MAX_DETECTOR_SIDE)
+
+
 def text_detection(config: ModelConfig) -> Preprocess:
+    max_side = max_detector_side(config)
+
     def preprocess(decoded: Sequence[image_codec.Decoded]) -> dict[str, np.ndarray]:
-        prepared = [text_steps.prepare_photo(item, index, len(decoded), TEXT_DEFAULTS.detection) for index, item in enumerate(decoded)]
+        prepared = [
+            text_steps.prepare_photo(item, index, len(decoded), TEXT_DEFAULTS.detection, max_side) for index, item in enumerate(decoded)
+        ]
         outputs = [text_steps.preprocess_outputs([item]) for item in prepared]
         return {name: ragged([output[name][0] for output in outputs]) for name in outputs[0]} if outputs else {}
 

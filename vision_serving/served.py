@@ -54,8 +54,13 @@ def ensemble_steps(configs: PipelineConfigs) -> dict[str, Step]:
 def core_config(configs: PipelineConfigs, variant: str = SERVED_CORE_CONFIG, parameters: Mapping[str, str] | None = None) -> ModelConfig:
     """A copy of a core config variant with parameters overridden (``onnx_file`` and ``precision``
     replace each other: a config names the model one way)."""
+    return with_parameters(configs.core_variant(variant), parameters)
+
+
+def with_parameters(source: ModelConfig, parameters: Mapping[str, str] | None) -> ModelConfig:
+    """A copy of a model config with parameters overridden, as :func:`core_config` does."""
     config = ModelConfig()
-    config.CopyFrom(configs.core_variant(variant))
+    config.CopyFrom(source)
     for key, value in (parameters or {}).items():
         other = {"onnx_file": "precision", "precision": "onnx_file"}.get(key)
         if other is not None and other in config.parameters:
@@ -76,12 +81,16 @@ class StageCore:
         return self.core.run({self.core.input_names[0]: batch})[0]
 
 
-def stage_core(configs: PipelineConfigs, name: str, variant: str = SERVED_CORE_CONFIG) -> StageCore:
-    """The model ``name`` of the pipeline's folder with its ``configs/<variant>.pbtxt`` (config.pbtxt when it has none)."""
+def stage_core(
+    configs: PipelineConfigs, name: str, variant: str = SERVED_CORE_CONFIG, parameters: Mapping[str, str] | None = None
+) -> StageCore:
+    """The model ``name`` of the pipeline's folder with its ``configs/<variant>.pbtxt`` (config.pbtxt when it has
+    none), its parameters overridden as :func:`core_config` overrides the core's."""
     folder = configs.layout.repository / name
     if not (folder / "config.pbtxt").is_file():
         raise ConfigError(f"model '{configs.postprocess.name}' calls '{name}', which is not a model of {configs.layout.repository}")
-    config = model_config.load_config(folder, variant if (folder / "configs" / f"{variant}.pbtxt").is_file() else None)
+    variant_config = model_config.load_config(folder, variant if (folder / "configs" / f"{variant}.pbtxt").is_file() else None)
+    config = with_parameters(variant_config, parameters)
     return StageCore(config, cpu_core.load(config, folder / str(configs.layout.core_version_dir.name)))
 
 
@@ -158,7 +167,12 @@ class ServedInputs:
 
 class ServedPipeline(ServedInputs):
     def __init__(
-        self, configs: PipelineConfigs, core: core_model.Core, core_config: ModelConfig, variant: str = SERVED_CORE_CONFIG
+        self,
+        configs: PipelineConfigs,
+        core: core_model.Core,
+        core_config: ModelConfig,
+        variant: str = SERVED_CORE_CONFIG,
+        stage_parameters: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         super().__init__(configs)
         self.core = core
@@ -167,7 +181,13 @@ class ServedPipeline(ServedInputs):
         if core_config.max_batch_size < 1:
             raise ConfigError(f"model '{core_config.name}': a core without a batch dimension (max_batch_size 0) is not supported")
         # Second-stage models the postprocess calls (by BLS when served): their CPU cores, in this process.
-        self.stage_cores = {role: stage_core(configs, name, variant) for role, name in self.postprocessor.stage_models.items()}
+        overrides = stage_parameters or {}
+        unknown = sorted(set(overrides) - set(self.postprocessor.stage_models))
+        if unknown:
+            raise ConfigError(f"model '{configs.postprocess.name}' calls no {', '.join(unknown)} model")
+        self.stage_cores = {
+            role: stage_core(configs, name, variant, overrides.get(role)) for role, name in self.postprocessor.stage_models.items()
+        }
         if self.stage_cores:
             self.postprocessor.use_stages({role: stage.infer for role, stage in self.stage_cores.items()})
 
@@ -178,12 +198,13 @@ class ServedPipeline(ServedInputs):
         variant: str = SERVED_CORE_CONFIG,
         parameters: Mapping[str, str] | None = None,
         version_dir: Path | None = None,
+        stage_parameters: Mapping[str, Mapping[str, str]] | None = None,
     ) -> ServedPipeline:
         """The pipeline with the core of ``configs/<variant>.pbtxt``, its parameters overridden
         (e.g. ``{"onnx_file": "model_int8_qdq.onnx", "graph_optimization": "disable_all"}``), from the
-        core's ``version_dir`` (default: version 1)."""
+        core's ``version_dir`` (default: version 1); ``stage_parameters``: a second stage's overrides, by role."""
         config = core_config(configs, variant, parameters)
-        return cls(configs, cpu_core.load(config, version_dir or configs.layout.core_version_dir), config, variant)
+        return cls(configs, cpu_core.load(config, version_dir or configs.layout.core_version_dir), config, variant, stage_parameters)
 
     # ---- the steps
 

@@ -202,3 +202,14 @@ def against_rapidocr(rapidocr: dict[str, dict[str, Any]], read: dict[str, Sequen
     for name, lines in read.items():
         counts.add(rapidocr_lines(rapidocr[name]["lines"]), lines, name)
     return counts
+
+
+# --------------------------------------------------------------------------- the pipeline's own models
+
+
+def pipeline_models() -> tuple[dict[str, Path], list[str]]:
+    """The text_reader pipeline's three ONNX files by the reader's roles (the rapidocr wheel's files with their
+    tensors renamed, exported when missing) and the recognizer's classes: ``benchmarks.text_reading``'s."""
+    from benchmarks.text_reading import pipeline_models as built
+
+    return built()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import triton_python_backend_utils as pb_utils
 
-from .. import drift, model_config, preprocessing
+from .. import drift, model_config, preprocessing, preprocessors
 from ..tasks.text_reading import steps
 from ..tasks.text_reading.settings import DEFAULT
 from .base import BatchedModel
@@ -20,8 +20,11 @@ class TritonPythonModel(BatchedModel):
         config = model_config.config_from_triton_json(args["model_config"])
         self.limits = preprocessing.limits_from_config(config)
         self.input_name = model_config.only_tensor(config, "input").name
+        self.max_side = preprocessors.max_detector_side(config)
         self.drift = DriftMetrics(pb_utils, args, config, drift.IMAGE_FEATURES)
-        pb_utils.Logger.log_info(f"{config.name}: text detection input, shorter side {DEFAULT.detection.limit_side_len}")
+        pb_utils.Logger.log_info(
+            f"{config.name}: text detection input, shorter side {DEFAULT.detection.limit_side_len}, longest {self.max_side}"
+        )
 
     def finalize(self):
         self.drift.close()
@@ -29,7 +32,7 @@ class TritonPythonModel(BatchedModel):
     def _parse(self, request):
         payloads = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
         decoded = preprocessing.decode_payloads(payloads, self.limits)
-        prepared = steps.prepare_decoded(decoded, DEFAULT.detection)
+        prepared = steps.prepare_decoded(decoded, DEFAULT.detection, self.max_side)
         return decoded, steps.preprocess_outputs(prepared), *drift.payload_facts(payloads.reshape(-1))
 
     def _compute(self, parsed):

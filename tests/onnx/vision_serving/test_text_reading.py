@@ -3,7 +3,7 @@
 Photos with text drawn on them (tests/support/text_reading.py: several fonts, sizes, colours,
 tilts, quarter turns and upside-down lines on the package photos) are read twice: by
 :func:`vision_serving.tasks.text_reading.reader.read` with the three ONNX files taken from the
-pinned ``rapidocr`` wheel (:mod:`builders.rapidocr_models`) on onnxruntime, and by ``RapidOCR()``
+pinned ``rapidocr`` wheel (the text_reader pipeline's exported core and second stages) on onnxruntime, and by ``RapidOCR()``
 itself in its own environment (``.build/envs/rapidocr``). Lines are paired by box IoU; the reader
 must give the same text on at least 95 % of them, a character error rate of at most 1 % and
 matched boxes of IoU at least 0.9: with RapidOCR's own recognition batches, and with the width
@@ -19,7 +19,6 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from builders import rapidocr_models
 from tests.support import text_reading
 from vision_serving.tasks.text_reading import detection, reader, recognition
 from vision_serving.tasks.text_reading.settings import DEFAULT
@@ -30,10 +29,10 @@ MAX_CER = 0.01
 MIN_IOU = 0.9
 
 
-def _session(role: str) -> onnxruntime.InferenceSession:
+def _session(path) -> onnxruntime.InferenceSession:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 2
-    return onnxruntime.InferenceSession(str(rapidocr_models.model_file(role)), options, providers=["CPUExecutionProvider"])
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def _runner(session: onnxruntime.InferenceSession):
@@ -42,13 +41,18 @@ def _runner(session: onnxruntime.InferenceSession):
 
 
 @pytest.fixture(scope="module")
-def sessions() -> dict[str, onnxruntime.InferenceSession]:
-    return {role: _session(role) for role in rapidocr_models.MODELS}
+def models() -> tuple[dict, list[str]]:
+    return text_reading.pipeline_models()
 
 
 @pytest.fixture(scope="module")
-def classes() -> list[str]:
-    return recognition.characters(rapidocr_models.model_characters(rapidocr_models.model_file("recognizer")))
+def sessions(models) -> dict[str, onnxruntime.InferenceSession]:
+    return {role: _session(path) for role, path in models[0].items()}
+
+
+@pytest.fixture(scope="module")
+def classes(models) -> list[str]:
+    return models[1]
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +83,7 @@ def _read(drawn, sessions, classes, batching) -> dict[str, list[reader.Line]]:
 def test_the_wheel_models_have_the_shapes_and_characters_the_reader_assumes(sessions, classes):
     recognizer = sessions["recognizer"]
     assert list(recognizer.get_inputs()[0].shape[1:3]) == [3, 48]
-    assert recognizer.get_outputs()[0].shape[-1] == rapidocr_models.CLASSES == len(classes)
+    assert recognizer.get_outputs()[0].shape[-1] == 18710 == len(classes)  # CTC blank + 18708 characters + space
     assert classes[0] == recognition.BLANK and classes[-1] == " " and "A" in classes and "\u3000" in classes
     assert sessions["classifier"].get_outputs()[0].shape[-1] == 2
     probability = _runner(sessions["detector"])(np.zeros((1, 3, 64, 96), np.float32))

@@ -11,5 +11,5 @@ steps and for the tests that compare it with RapidOCR itself:
   recognizer's input (RapidOCR's batches, or width buckets for a server) and greedy decoding;
 * :mod:`.reader`: the two stages in one process, with the models as callables.
 
-The models themselves are the ONNX files inside the ``rapidocr`` wheel (:mod:`builders.rapidocr_models`).
+The models themselves are the ONNX files inside the ``rapidocr`` wheel, built into the ``text_reader`` pipeline (its recipe).
 """

@@ -20,24 +20,41 @@ from .settings import DetectionSettings
 DETECTOR_INPUT, IMAGE, TRANSFORM = "DET_INPUT", "DET_IMAGE", "DET_TRANSFORM"
 
 
-def prepare_photo(item: image_codec.Decoded, index: int, count: int, settings: DetectionSettings) -> detection.DetectionInput:
-    """One decoded photo (RGB) prepared for the detector; ValueError when it is too small to read text in."""
+# The largest detector input side served (the preprocess config's max_detector_side): the TensorRT profile's bound.
+MAX_DETECTOR_SIDE = 4096
+
+
+def prepare_photo(
+    item: image_codec.Decoded, index: int, count: int, settings: DetectionSettings, max_side: int = MAX_DETECTOR_SIDE
+) -> detection.DetectionInput:
+    """One decoded photo (RGB) prepared for the detector; ValueError when it is too small to read text in, or
+    when its detector input would be longer than ``max_side`` (a very long, thin photo)."""
+    where = f"image {index} of {count}: " if count > 1 else ""
     found = detection.prepare(cv2.cvtColor(item.image, cv2.COLOR_RGB2BGR), settings)
     if found is None:
-        where = f"image {index} of {count}: " if count > 1 else ""
         raise ValueError(f"{where}{item.width}x{item.height} is too small to read text in")
+    height, width = found.tensor.shape[1:]
+    if max(height, width) > max_side:
+        raise ValueError(
+            f"{where}{item.width}x{item.height} needs a {width}x{height} text detector input, longer than {max_side} "
+            "(max_detector_side): cut the photo into parts of at most 1:5 aspect ratio"
+        )
     return found
 
 
-def prepare_request(payloads: np.ndarray, limits: image_codec.ImageLimits, settings: DetectionSettings) -> list[detection.DetectionInput]:
+def prepare_request(
+    payloads: np.ndarray, limits: image_codec.ImageLimits, settings: DetectionSettings, max_side: int = MAX_DETECTOR_SIDE
+) -> list[detection.DetectionInput]:
     """One request's photos (BYTES ``[n, 1]``) prepared for the detector. Raises ImageError or ValueError
     naming the photo that cannot be read, or saying that the photos need different detector sizes."""
-    return prepare_decoded(preprocessing.decode_payloads(payloads, limits), settings)
+    return prepare_decoded(preprocessing.decode_payloads(payloads, limits), settings, max_side)
 
 
-def prepare_decoded(decoded: Sequence[image_codec.Decoded], settings: DetectionSettings) -> list[detection.DetectionInput]:
+def prepare_decoded(
+    decoded: Sequence[image_codec.Decoded], settings: DetectionSettings, max_side: int = MAX_DETECTOR_SIDE
+) -> list[detection.DetectionInput]:
     """One request's decoded photos prepared for the detector (ValueError as :func:`prepare_request`)."""
-    prepared = [prepare_photo(item, index, len(decoded), settings) for index, item in enumerate(decoded)]
+    prepared = [prepare_photo(item, index, len(decoded), settings, max_side) for index, item in enumerate(decoded)]
     sizes = sorted({(item.tensor.shape, item.image.shape) for item in prepared})
     if len(sizes) > 1:
         shapes = ", ".join(f"{tensor[1]}x{tensor[2]}" for tensor, _ in sizes)

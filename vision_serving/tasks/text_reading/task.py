@@ -73,6 +73,18 @@ def stage_names(config: ModelConfig) -> dict[str, str]:
     return {role: name for role, name in names.items() if name}
 
 
+def recognizer_widths(config: ModelConfig) -> tuple[int, ...]:
+    """``recognizer_widths``: the width buckets crops are padded to (each a TensorRT profile of the recognizer)."""
+    text = model_config.parameter(config, "recognizer_widths", ",".join(str(w) for w in recognition.DEFAULT_BUCKETS))
+    try:
+        widths = tuple(int(item) for item in text.split(","))
+    except ValueError:
+        raise ConfigError(f"model '{config.name}': recognizer_widths {text!r} is not a comma list of widths") from None
+    if not widths or list(widths) != sorted(set(widths)) or any(w < 8 or w % 8 for w in widths):
+        raise ConfigError(f"model '{config.name}': recognizer_widths must rise, each a multiple of 8 (the recognizer's step), got {text!r}")
+    return widths
+
+
 class TextReadingResult(TaskResult):
     def __init__(self, post: TextReadingPostprocessor, lines: Sequence[Sequence[Line]]) -> None:
         self.post = post
@@ -108,6 +120,7 @@ class TextReadingPostprocessor(Postprocessor):
         }
         # RapidOCR's defaults; a config without a classifier_model reads every crop as it is cut.
         self.settings = dataclasses.replace(DEFAULT, use_classifier="classifier" in self.stage_models)
+        self.widths = recognizer_widths(config)
         self.characters_file = model_dir / model_config.parameter(config, "characters", "characters.json")
         self.classes: list[str] = self.load_characters() if require_characters else []
         self._stages: dict[str, StageModel] = {}
@@ -163,7 +176,7 @@ class TextReadingPostprocessor(Postprocessor):
             return TextReadingResult(self, [])
         maps = [probability for probability, _ in photos]
         prepared = [photo for _, photo in photos]
-        lines = await reader.read_batch(prepared, maps, self.stages(), self.classes, self.settings)
+        lines = await reader.read_batch(prepared, maps, self.stages(), self.classes, self.settings, self.widths)
         return TextReadingResult(self, lines)
 
     def run(self, batch: Mapping[str, np.ndarray]) -> TextReadingResult:

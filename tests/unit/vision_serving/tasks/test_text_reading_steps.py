@@ -58,3 +58,10 @@ def test_a_bad_payload_names_its_image():
     # Images are counted from 0, as every pipeline's preprocess counts them.
     with pytest.raises(image_codec.ImageError, match="image 1 of 2: unrecognized image format"):
         steps.prepare_request(request(png(480, 640), b"not an image"), LIMITS, DEFAULT.detection)
+
+
+def test_a_photo_whose_detector_input_is_too_long_is_refused_with_its_sizes():
+    (prepared,) = steps.prepare_request(request(png(400, 2000)), LIMITS, DEFAULT.detection, max_side=4096)
+    assert prepared.tensor.shape[1:] == (736, 3680)  # a 1:5 strip: the shorter side goes up to 736
+    with pytest.raises(ValueError, match=r"2000x400 needs a 3680x736 text detector input, longer than 2048 \(max_detector_side\)"):
+        steps.prepare_request(request(png(400, 2000)), LIMITS, DEFAULT.detection, max_side=2048)
