@@ -143,8 +143,15 @@ def declare_tables(result: dict[str, Any]) -> None:
         "steps",
         "Ensemble per step (Triton statistics over each window)",
         {"mix": "mix", "pipeline": "pipeline", "system": "system", "concurrency": "c", "step": "step", "avg_batch": "batch"}
-        | {"items_per_s": "items/s", "queue_ms": "queue ms", "in_out_ms": "in+out ms", "execute_ms": "execute ms", "request_ms": "server ms/request"},
-        "Means per request: batch = items per execution; items/s = images (a second stage: crops) it ran per second; queue = wait in the model's dynamic-batching queue; in+out = the "
+        | {
+            "items_per_s": "items/s",
+            "queue_ms": "queue ms",
+            "in_out_ms": "in+out ms",
+            "execute_ms": "execute ms",
+            "request_ms": "server ms/request",
+        },
+        "Means per request: batch = items per execution; items/s = images (a second stage: crops) it ran per second; "
+        "queue = wait in the model's dynamic-batching queue; in+out = the "
         "Python backend moving tensors in and out of the stub; execute = the model's execute() (compute_infer); server "
         "ms/request = the step's (or the whole ensemble's) server-side time.",
     )
@@ -313,7 +320,7 @@ class MixRun:
         )
 
     def step_rows(self, system: str, concurrency: int, stats: dict[str, dict]) -> None:
-        prefix = f"{self.pipeline.name}_"
+        prefix = f"{self.pipeline.name}_core_"
         steps = [*zip(("ensemble", *layout.ROLES), self.models, strict=True), *((name.removeprefix(prefix), name) for name in self.stages)]
         for step, model in steps:
             entry = stats.get(model)

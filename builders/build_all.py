@@ -31,7 +31,7 @@ def check_step(path: Path, log: Log) -> None:
     report = trt_compat.check_file(path)
     if report.blocking:
         raise CheckFailed(f"{path.name} would not build with TensorRT:\n{report.format_text()}")
-    log(f"check {path.name}: nothing blocks a TensorRT build")
+    log(f"check {path.parent.parent.name}/{path.parent.name}/{path.name}: nothing blocks a TensorRT build")
 
 
 def check_all(paths: tuple[Path, ...], log: Log) -> None:
@@ -51,9 +51,11 @@ def steps(pipeline: LoadedPipeline, force: bool) -> list[tuple[str, Callable[[Lo
             log(f"warning: {error}")
 
     def check_served(log: Log) -> None:
-        served = pipeline.layout.served_onnx()
-        if served is not None and served != pipeline.layout.onnx("fp32"):
-            check_step(served, log)
+        served = [(pipeline.layout.served_onnx(), pipeline.layout.onnx("fp32"))]
+        served += [(layout.served_onnx(path.parent), path) for path in stage_onnx]
+        for chosen, fp32 in served:
+            if chosen is not None and chosen != fp32:
+                check_step(chosen, log)
 
     stage_onnx = [pipeline.layout.stage_onnx(role) for role in pipeline.recipe.stages]
     return [

@@ -488,13 +488,13 @@ def model_dir(pipeline: layout.Pipeline, role: str = CORE_MODEL) -> Path:
 
 
 def engine_roles(pipeline: layout.Pipeline) -> list[str]:
-    """The models of a pipeline served from a plan: the core, then each second stage (a ``<pipeline>_<role>``
-    folder besides the ensemble's three whose config.pbtxt is a TensorRT plan), found by the folders alone."""
+    """The models of a pipeline served from a plan: the core, then each second stage (a ``<pipeline>_core_<role>``
+    folder whose config.pbtxt is a TensorRT plan), found by the folders alone."""
     roles = [CORE_MODEL]
-    prefix = f"{pipeline.name}_"
+    prefix = f"{pipeline.name}_core_"
     for folder in sorted(p for p in pipeline.repository.iterdir() if p.is_dir() and p.name.startswith(prefix)):
         role = folder.name[len(prefix) :]
-        if role not in layout.ROLES and (folder / "config.pbtxt").is_file():
+        if (folder / "config.pbtxt").is_file():
             config = model_config.load_config(folder)
             if config.platform == "tensorrt_plan" or config.backend == "tensorrt":
                 roles.append(role)

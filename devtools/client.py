@@ -434,7 +434,9 @@ def parse_args(prog: str, task: Task, default_model: str, argv: list[str] | None
     )
     add_connection_arguments(parser, default_model, "print one JSON document instead of tables")
     parser.add_argument(
-        "--batch-size", type=positive_int, help=f"images per request (default {DEFAULT_BATCH_SIZE}, at most the model's max_batch_size)"
+        "--batch-size",
+        type=positive_int,
+        help=f"images per request (default {task.client_batch_size or DEFAULT_BATCH_SIZE}, at most the model's max_batch_size)",
     )
     task.add_client_arguments(parser)
     return parser.parse_args(argv)
@@ -455,7 +457,7 @@ def main(task_name: str, default_model: str, prog: str, argv: list[str] | None =
         for role in task.client_inputs(args, 1):
             if interface.request_inputs.get(role) is None:
                 raise ClientError(f"model '{args.model}' has no {role} input; its option cannot be used with it")
-        batch_size = args.batch_size or min(DEFAULT_BATCH_SIZE, max(interface.max_batch_size, 1))
+        batch_size = args.batch_size or min(task.client_batch_size or DEFAULT_BATCH_SIZE, max(interface.max_batch_size, 1))
         if interface.max_batch_size == 0:
             batch_size = 1
         elif batch_size > interface.max_batch_size:

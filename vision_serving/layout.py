@@ -9,7 +9,7 @@ pipeline) holding
 - ``<name>/``: the ensemble clients call;
 - ``<name>_preprocess/``, ``<name>_core/``, ``<name>_postprocess/``: its three
   composing models;
-- ``<name>_<role>/`` for each second stage of a two-stage pipeline: a model the
+- ``<name>_core_<role>/`` for each second stage of a two-stage pipeline: a core the
   postprocess calls (by BLS), built from the recipe's ``[stages.<role>]``.
 
 Built artifacts (ONNX files, labels, plans, provenance records) are written
@@ -80,12 +80,16 @@ class Pipeline:
     def model_dir(self, role: str) -> Path:
         return self.repository / self.model_name(role)
 
-    def stage_dir(self, role: str) -> Path:
-        """A second-stage model's folder (``<name>_<role>``: a model the postprocess calls, built from the
-        recipe's ``[stages.<role>]``)."""
+    def stage_name(self, role: str) -> str:
+        """A second-stage model's name, ``<name>_core_<role>``: a core the postprocess calls, built from the recipe's
+        ``[stages.<role>]``. Metrics tell the ensemble's steps from ensembles by these names
+        (``.+_(preprocess|core|core_.+|postprocess)``: k8s/prometheusrule.yaml)."""
         if role in ROLES:
             raise LayoutError(f"{role!r} is one of the ensemble's roles {ROLES}, not a second stage")
-        return self.repository / f"{self.name}_{role}"
+        return f"{self.name}_core_{role}"
+
+    def stage_dir(self, role: str) -> Path:
+        return self.repository / self.stage_name(role)
 
     def stage_onnx(self, role: str) -> Path:
         return self.stage_dir(role) / str(MODEL_VERSION) / FP32_ONNX

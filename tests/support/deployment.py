@@ -82,13 +82,13 @@ STEPS = tuple(pipeline.model_name(role) for pipeline in PIPELINES for role in la
 
 
 # The monitoring selects models by their role suffix (<pipeline>_<role>), never by pipeline.
-STEP_SELECTOR = 'model=~".+_(preprocess|core|postprocess)"'
+STEP_SELECTOR = 'model=~".+_(preprocess|core|core_.+|postprocess)"'
 
 
 CORE_SELECTOR = 'model=~".+_core"'
 
 
-ENSEMBLE_SELECTOR = 'model!~".+_(preprocess|core|postprocess)"'
+ENSEMBLE_SELECTOR = 'model!~".+_(preprocess|core|core_.+|postprocess)"'
 
 
 # Metric names only a GPU build of Triton exports (Triton's DCGM-based GPU metrics) and

@@ -229,6 +229,8 @@ class Task(ABC):
     gate_defaults: ClassVar[Mapping[str, float]]
     # What `builders evaluate --dataset DIR` expects in DIR (one line, for --help and errors).
     dataset_layout: str
+    # Images per request the task's client sends by default (None: the client's own default).
+    client_batch_size: int | None = None
 
     @abstractmethod
     def output_roles(self) -> tuple[Role, ...]:

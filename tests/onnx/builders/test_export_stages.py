@@ -41,7 +41,7 @@ def test_every_stage_is_exported_with_the_config_s_tensors_and_the_character_lis
     assert listed == metadata.splitlines() and len(listed) == 18708 and "\u3000" in listed
     messages: list[str] = []
     export.export(loaded.load(pipeline), log=messages.append)
-    assert "text_reader_recognizer/1/model.onnx is up to date" in messages
+    assert "text_reader_core_recognizer/1/model.onnx is up to date" in messages
 
 
 def test_other_bytes_than_the_pinned_ones_are_refused(pipeline):
@@ -54,7 +54,7 @@ def test_other_bytes_than_the_pinned_ones_are_refused(pipeline):
 def test_a_stage_whose_config_differs_from_its_onnx_is_refused_in_one_line(pipeline):
     config = pipeline.stage_dir("classifier") / "config.pbtxt"
     config.write_text(config.read_text().replace("dims: [ 2 ]", "dims: [ 3 ]"))
-    with pytest.raises(CheckFailed, match=r"does not match text_reader_classifier's config .*'directions': \[3\]"):
+    with pytest.raises(CheckFailed, match=r"does not match text_reader_core_classifier's config .*'directions': \[3\]"):
         export.export(loaded.load(pipeline), log=lambda message: None)
 
 

@@ -30,7 +30,8 @@ def test_the_text_reader_s_recipe_has_two_stages_from_the_rapidocr_wheel():
     recognizer = loaded.stages["recognizer"]
     assert recognizer.source.member.endswith("PP-OCRv6_rec_small.onnx") and recognizer.fix.passes == ("stable_io_names",)
     assert recognizer.metadata_lists == {"character": "characters.json"} and len(recognizer.engine_profiles) == 6
-    assert loaded.precisions == ("fp32",) and len(loaded.engine_profiles) == 1
+    assert loaded.precisions == ("fp16", "fp32") and len(loaded.engine_profiles) == 1
+    assert recognizer.precisions == ("fp16", "fp32") and recognizer.gate["min_character_accuracy"] == 0.99
 
 
 @pytest.mark.parametrize(
@@ -65,6 +66,13 @@ def test_mistakes_are_one_line_naming_the_file_and_key(tmp_path, text, message):
     with pytest.raises(recipe.RecipeError, match=message) as raised:
         load(tmp_path, text)
     assert str(tmp_path / "pipeline.toml") in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_stage_ladder_has_no_int8_rung(tmp_path):
+    with pytest.raises(recipe.RecipeError, match=r"\[stages.reader\] precisions: precisions must be a ladder from \('fp16', 'fp32'\)"):
+        load(tmp_path, HEAD + STAGE + 'precisions = ["int8", "fp32"]\n')
+    with pytest.raises(recipe.RecipeError, match=r"\[stages.reader\] gate: unknown key\(s\) min_top1"):
+        load(tmp_path, HEAD + STAGE + "gate = { min_top1 = 0.9 }\n")
 
 
 def test_a_fixed_profile_is_its_own_min_opt_and_max(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -62,7 +63,7 @@ def test_profile_without_batching_and_with_variable_dims():
         te.optimization_profile(core_config(TINY_CONFIG.replace("dims: [ 3, 8, 8 ]", "dims: [ 3, -1, -1 ]")))
 
 
-def test_dynamic_dims_take_the_recipe_s_profiles_one_plan_profile_each():
+def test_dynamic_dims_take_the_recipe_s_profiles_one_plan_profile_each(tmp_path):
     """The text reader: the detector's one range, the recognizer's one fixed width per bucket, batch 1..max added."""
     from builders import recipe
 
@@ -85,7 +86,15 @@ def test_dynamic_dims_take_the_recipe_s_profiles_one_plan_profile_each():
     with pytest.raises(model_config.ConfigError, match="its input dims are fixed"):
         te.optimization_profiles(classifier, None, ranges["recognizer"])
     assert te.default_plan(text_reader, "recognizer") == text_reader.stage_dir("recognizer") / "1" / te.PLAN_FILENAME
-    assert te.default_onnx(text_reader, "recognizer") == text_reader.stage_onnx("recognizer")  # no ladder record: FP32
+    # A stage's plan is built from its own ladder's choice; without a record, from its FP32 export.
+    shutil.copytree(text_reader.repository, tmp_path / "text_reader", ignore=shutil.ignore_patterns("*.onnx", "*.json"))
+    copy = layout.Pipeline.at(tmp_path / "text_reader")
+    assert te.default_onnx(copy, "recognizer") == copy.stage_onnx("recognizer")
+    fp16 = copy.stage_onnx("recognizer").with_name(layout.FP16_ONNX)
+    fp16.write_bytes(b"fp16 recognizer")
+    record = {"precision": "fp16", "onnx": fp16.name, "onnx_sha256": te.sha256_file(fp16)}
+    (fp16.parent / layout.SERVED_PRECISION).write_text(json.dumps(record))
+    assert te.default_onnx(copy, "recognizer") == fp16
 
 
 def test_the_cpu_variant_is_not_taken_for_the_plan(tmp_path):

@@ -102,7 +102,8 @@ class TextReadingResult(TaskResult):
     def features(self) -> drift.Features:
         counts = np.array([len(photo) for photo in self.lines], np.float64)
         means = np.array([np.mean([line.score for line in photo]) if photo else np.nan for photo in self.lines], np.float64)
-        return drift.Features({"lines": counts, "mean_score": means})
+        # "confidence", as every task names its mean score: the alert on a confidence collapse covers it too.
+        return drift.Features({"lines": counts, "confidence": means})
 
 
 class TextReadingPostprocessor(Postprocessor):
@@ -222,7 +223,7 @@ def _draw(name: str, image: bytes, lines: Sequence[Line], out: Path | None, sing
 
 class TextReadingTask(Task):
     name = "text_reading"
-    drift_features = ("lines", "mean_score")
+    drift_features = ("lines", "confidence")  # lines per photo, and their mean recognition score
     # A candidate precision against FP32, through the whole pipeline (lines paired by box IoU >= 0.5):
     # the share of lines read the same, 1 - the character error rate, the share of boxes paired
     # (2 x pairs / (FP32 lines + candidate lines)) and their mean IoU.
@@ -233,6 +234,8 @@ class TextReadingTask(Task):
         "min_box_iou": 0.90,
     }
     dataset_layout = "DIR/<image> with its expected lines of text, one per line, in <image stem>.txt beside it (none: no text)"
+    # One photo per request: photos of different sizes need different detector inputs.
+    client_batch_size = 1
 
     def postprocessor(self, config: ModelConfig, model_dir: Path) -> TextReadingPostprocessor:
         return TextReadingPostprocessor(config, model_dir)

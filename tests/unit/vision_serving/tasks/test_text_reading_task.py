@@ -50,7 +50,7 @@ def line(text: str, x: float, y: float, score: float = 0.9) -> reader.Line:
 def test_the_task_is_registered_and_reads_the_shipped_config(model_dir):
     assert registry.for_config(config()) is task.TASK
     post = task.TASK.postprocessor(config(), model_dir)
-    assert post.stage_models == {"classifier": "text_reader_classifier", "recognizer": "text_reader_recognizer"}
+    assert post.stage_models == {"classifier": "text_reader_core_classifier", "recognizer": "text_reader_core_recognizer"}
     assert post.max_batch == {"classifier": 16, "recognizer": 16}
     assert post.widths == recognition.DEFAULT_BUCKETS
     assert post.classes == [recognition.BLANK, *CHARACTERS, " "] and post.settings.use_classifier
@@ -58,7 +58,7 @@ def test_the_task_is_registered_and_reads_the_shipped_config(model_dir):
 
 def test_without_a_classifier_the_crops_are_read_as_cut(model_dir):
     post = task.TASK.postprocessor(config(classifier_model=""), model_dir)
-    assert post.stage_models == {"recognizer": "text_reader_recognizer"} and not post.settings.use_classifier
+    assert post.stage_models == {"recognizer": "text_reader_core_recognizer"} and not post.settings.use_classifier
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,7 @@ def test_a_batch_is_read_through_the_stages_and_padded_per_response(model_dir):
     assert first["TEXTS"].tolist() == [[b"a"]] and first["COUNT"].tolist() == [[1]]
     assert second["TEXTS"].shape == (1, 0) and second["COUNT"].tolist() == [[0]]  # padded to its own count
     features = result.features()
-    assert features.numeric["lines"].tolist() == [1.0, 0.0] and np.isnan(features.numeric["mean_score"][1])
+    assert features.numeric["lines"].tolist() == [1.0, 0.0] and np.isnan(features.numeric["confidence"][1])
 
 
 def test_a_non_finite_map_or_a_count_mismatch_fails_the_request(model_dir):
