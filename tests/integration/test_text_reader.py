@@ -101,7 +101,7 @@ def test_concurrent_photos_share_recognizer_batches_and_answer_as_alone(triton_s
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)
 
     def statistics() -> tuple[int, int]:
-        stats = client.get_inference_statistics(f"{NAME}_recognizer", as_json=True)["model_stats"][0]
+        stats = client.get_inference_statistics(f"{NAME}_core_recognizer", as_json=True)["model_stats"][0]
         return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
 
     before = statistics()
@@ -152,3 +152,32 @@ def test_bad_uploads_are_invalid_argument_and_the_next_request_is_read(triton_se
             pytest.fail(f"{label}: served without an error")
     name = sorted(drawn)[0]
     assert read_served(client, [drawn[name]])[0], "the server stopped reading after a bad upload"
+
+
+def test_read_text_prints_the_lines_draws_their_boxes_and_gives_json(triton_server, photo_bytes, tmp_path):
+    """./scripts/read-text: the lines of each file in reading order, one photo per request (photos of different sizes
+    in one folder), --draw and --json."""
+    import json
+    import subprocess
+
+    photos_dir = tmp_path / "photos"
+    photos_dir.mkdir()
+    for name in ("page", "astronaut"):
+        (photos_dir / f"{name}.png").write_bytes(photo_bytes[name])
+    script = str(layout.REPOSITORY_ROOT / "scripts" / "read-text")
+    drawn = tmp_path / "drawn"
+    run = subprocess.run(
+        [script, "--url", triton_server.grpc_url, "--draw", str(drawn), "photos"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert f"photos/astronaut.png: 0 lines -> {drawn / 'astronaut.lines.jpg'}" in lines
+    page = lines.index(f"photos/page.png: 7 lines -> {drawn / 'page.lines.jpg'}")
+    assert lines[page + 1].split(maxsplit=2) == ["1", "1.000", "Region-based segmentation"]
+    assert cv2.imread(str(drawn / "page.lines.jpg")).shape == (191, 384, 3)
+    as_json = subprocess.run(
+        [script, "--url", triton_server.grpc_url, "--json", "photos/page.png"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    (record,) = json.loads(as_json.stdout)
+    assert record["lines"][0]["text"] == "Region-based segmentation" and len(record["lines"][0]["box"]) == 4

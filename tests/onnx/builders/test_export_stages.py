@@ -64,5 +64,5 @@ def test_a_missing_metadata_key_or_stage_folder_is_named(pipeline):
     with pytest.raises(CheckFailed, match="carries no metadata 'alphabet'"):
         export.export(loaded.load(pipeline), log=lambda message: None)
     recipe.write_text(recipe.read_text().replace("[stages.classifier]", "[stages.direction]"))
-    with pytest.raises(RecipeError, match=r"\[stages.direction\]: no model text_reader_direction"):
+    with pytest.raises(RecipeError, match=r"\[stages.direction\]: no model text_reader_core_direction"):
         export.export(loaded.load(pipeline), log=lambda message: None)
