@@ -14,7 +14,10 @@ Upload mixes (``upload_mix``), what users send:
   phone photo (an upscaled photo alone is too smooth: ~0.6 MB). Every other
   one is stored sideways with EXIF orientation 6 (portrait shots, as phones
   store them), so the decoder's orientation step is in the measurement;
-- ``mix``: 20 % thumbnails, 60 % web photos, 20 % phone photos (by request).
+- ``mix``: 20 % thumbnails, 60 % web photos, 20 % phone photos (by request);
+- ``text``: photos with text, for a text reading pipeline: the installed photos that have some (a
+  scanned page, a name badge, brands on a tank and a cup, a clock face) and web photos with 2, 5 or
+  10 lines of words drawn on them, longer side 640 and 1024 px.
 """
 
 from __future__ import annotations
@@ -38,7 +41,11 @@ PHONE_SIZE = (4000, 3000)  # width, height as stored (landscape sensor)
 PHONE_NOISE_SIGMA = 6.5  # grey levels: sensor-like noise, so 12 MP compresses to 2.5-4 MB at quality 90
 PHONE_ROTATED_ORIENTATION = 6  # EXIF: rotate 90 degrees clockwise to display (a portrait shot)
 MIX_SHARES = {"thumbnail": 0.2, "web": 0.6, "phone": 0.2}
-MIXES = ("web", "thumbnail", "phone", "mix")
+MIXES = ("web", "thumbnail", "phone", "mix", "text")
+TEXT_PHOTOS = ("page", "grace_hopper", "motorcycle_left", "motorcycle_right", "coffee", "camera", "china")
+TEXT_BACKGROUNDS = ("astronaut", "chelsea", "rocket", "coins")
+TEXT_LINES = (2, 5, 10)
+WORDS = ("TOTAL 12.40", "Receipt 0042", "Milk 1.29", "Bread", "Thank you", "Station Road 7", "EXIT", "Open 9-17", "Platform 4", "Museum")
 DEFAULT_MIX = "web"
 
 
@@ -150,8 +157,57 @@ def phone_payloads(names: tuple[str, ...] = PHOTO_NAMES) -> tuple[Payload, ...]:
     return tuple(payloads)
 
 
+def _scaled(image: np.ndarray, longer: int) -> np.ndarray:
+    height, width = image.shape[:2]
+    scale = longer / max(height, width)
+    return cv2.resize(image, (round(width * scale), round(height * scale)), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_CUBIC)
+
+
+def _jpeg(name: str, image: np.ndarray) -> Payload:
+    ok, encoded = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+    if not ok:
+        raise RuntimeError(f"cannot encode {name}")
+    return Payload(name, image.shape[1], image.shape[0], encoded.tobytes())
+
+
+def with_lines(image: np.ndarray, count: int) -> np.ndarray:
+    """``count`` lines of words drawn on light bands across the image, top to bottom."""
+    out = image.copy()
+    height, width = out.shape[:2]
+    band = height // (count + 1)
+    scale = min(1.2, band / 36)
+    for index in range(count):
+        y = band // 2 + index * band
+        cv2.rectangle(out, (10, y), (min(width - 10, 10 + int(330 * scale)), y + int(30 * scale)), (235, 235, 235), -1)
+        text = WORDS[index % len(WORDS)]
+        cv2.putText(out, text, (16, y + int(24 * scale)), cv2.FONT_HERSHEY_SIMPLEX, 0.8 * scale, (20, 20, 20), 2, cv2.LINE_AA)
+    return out
+
+
+@functools.cache
+def text_payloads() -> tuple[Payload, ...]:
+    """The ``text`` mix: the installed photos with text, and photos with lines drawn, at 640 and 1024 px."""
+    available = photos.registry()
+    payloads = []
+    for longer in (640, 1024):
+        for name in TEXT_PHOTOS:
+            if name in available:
+                payloads.append(_jpeg(f"{name}_{longer}", _scaled(cv2.imread(str(available[name]), cv2.IMREAD_COLOR), longer)))
+        for index, name in enumerate(TEXT_BACKGROUNDS):
+            if name in available:
+                count = TEXT_LINES[index % len(TEXT_LINES)]
+                image = with_lines(_scaled(cv2.imread(str(available[name]), cv2.IMREAD_COLOR), longer), count)
+                payloads.append(_jpeg(f"{name}_{count}_lines_{longer}", image))
+    if not payloads:
+        raise RuntimeError("none of the text photos is installed (scikit-image provides them)")
+    order = np.random.default_rng(0).permutation(len(payloads))
+    return tuple(payloads[i] for i in order)
+
+
 def upload_mix(mix: str) -> list[Payload]:
     """The request payloads of one scenario (``MIXES``), in a fixed, interleaved order."""
+    if mix == "text":
+        return list(text_payloads())
     if mix == "web":
         return jpeg_payloads(sizes=WEB_SIZES)
     if mix == "thumbnail":

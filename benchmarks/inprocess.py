@@ -104,6 +104,8 @@ def load(pipeline: layout.Pipeline = CLASSIFIER, variant: Variant = SERVED) -> B
         preprocessing.set_threads(0)
     else:
         served.use_served_threads()
+    if served.custom is not None:  # a preprocessor of its own (text detection): no image-to-tensor spec to vary
+        return served
     if variant.decode_oversampling is not None:
         served.spec = dataclasses.replace(served.spec, decode_oversampling=variant.decode_oversampling)
     if variant.resize_reducing_gap is not None:

@@ -1,6 +1,6 @@
 """Per-step CPU costs, in-process, one thread: what each image costs each step of the served computation.
 
-    .venv/bin/python -m benchmarks.steps [--parts pipelines,runtimes,detection,drift] [--pipelines NAME,... | all]
+    .venv/bin/python -m benchmarks.steps [--parts pipelines,runtimes,detection,drift,text_reading] [--pipelines NAME,... | all]
         [--mixes web,phone] [--decoders served,opencv] [--repeats 3] [--output DIR] [--render-only]
 
 CPU time (``time.process_time``) per image, best of ``--repeats`` passes after a warm-up, so other
@@ -23,6 +23,7 @@ the runtimes), as each served instance runs. Every figure goes through the serve
   640x640: heads ``yolo`` [N, 84, 8400], ``yolo_v5`` [N, 25200, 85], ``end2end`` [N, 300, 6]) on raw
   outputs with exactly 0, 10 or 100 candidates above the score threshold per image, spread over the
   image and the classes (NMS keeps most: the expensive case);
+- ``text_reading``: the text reader's steps per photo at 0, 5 and 50 lines of text (``benchmarks.text_reading``);
 - ``drift``: the drift statistics apart: image features per batch of 8 and per image, reduced vs full
   decode; one test update of a full window against the classifier's reference (every feature: KS and
   chi-square); appending a batch to the windows (the request thread's share).
@@ -44,10 +45,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks import CLASSIFIER, images, inprocess, report
-from vision_serving import drift, image_codec, layout, model_config, preprocessing
+from vision_serving import core_model, drift, image_codec, layout, model_config, preprocessing
 
 BENCHMARK = "steps"
-PARTS = ("pipelines", "runtimes", "detection", "drift")
+PARTS = ("pipelines", "runtimes", "detection", "drift", "text_reading")
 CORE_BATCH = 8
 OPENVINO_CONFIG = "cpu_openvino"
 # name -> (core config, parameters) of the runtimes part.
@@ -166,7 +167,7 @@ def measure_runtimes(result: dict, pipelines: list[layout.Pipeline], repeats: in
     )
     payloads = [p.data for p in images.upload_mix("web")][:CORE_BATCH]
     for pipeline in pipelines:
-        reference: np.ndarray | None = None
+        reference: list[np.ndarray] | None = None
         for name, (config, parameters) in RUNTIMES.items():
             report.log(BENCHMARK, f"{pipeline.name}: core on {name}")
             try:
@@ -174,12 +175,17 @@ def measure_runtimes(result: dict, pipelines: list[layout.Pipeline], repeats: in
             except Exception as error:  # an INT8 model not built, a runtime not installed: the row says so
                 report.add(result, "runtimes", pipeline=pipeline.name, runtime=name, config=config, error=str(error)[:200])
                 continue
+            served_file = core_model.onnx_filename(served.core_config, pipeline.core_version_dir)
+            if "int8" in name and served_file != layout.INT8_ONNX:  # a pipeline whose ladder has no INT8 rung
+                report.add(result, "runtimes", pipeline=pipeline.name, runtime=name, config=config, error=f"{config} serves {served_file}")
+                continue
             one_thread()
             feeds = inprocess.core_input(served, payloads)
             wall, used = wall_and_cpu_ms(partial(served.run_core, feeds), len(payloads), repeats)
-            output = next(iter(served.run_core(feeds).values())).reshape(len(payloads), -1).astype(np.float64)
+            # One row per image (ragged where each photo has its own size: a text detector's maps).
+            output = [np.asarray(item, np.float64).reshape(-1) for item in next(iter(served.run_core(feeds).values()))]
             reference = output if reference is None else reference
-            cosine = np.sum(reference * output, axis=1) / (np.linalg.norm(reference, axis=1) * np.linalg.norm(output, axis=1))
+            cosine = np.array([np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)) for a, b in zip(reference, output)])
             report.add(
                 result,
                 "runtimes",
@@ -214,6 +220,32 @@ def measure_detection(result: dict, repeats: int, batch: int = 8) -> None:
             for candidates in detection.CANDIDATES:
                 measured = detection.measure(head, candidates, batch, repeats, Path(scratch))
                 report.add(result, "detection", head=head, raw_output=dims, candidates=candidates, **measured)
+
+
+def measure_text_reading(result: dict, repeats: int) -> None:
+    from benchmarks import text_reading
+
+    report.table(
+        result,
+        "text_reading",
+        "The text reader: CPU ms per photo of each step, by lines of text",
+        {
+            "lines_drawn": "lines drawn",
+            "crops": "crops",
+            "lines_read": "lines read",
+            "preprocess": "preprocess",
+            "detector": "detector",
+            "postprocess_python": "postprocess (Python)",
+            "classifier": "classifier",
+            "recognizer": "recognizer",
+            "total": "total",
+        },
+        f"A 640x480 photo, one thread, onnxruntime; the second stages in the served postprocess's chunks of {text_reading.CROP_BATCH}. "
+        "postprocess (Python): DB boxes, crops, the models' inputs and CTC decoding.",
+    )
+    report.log(BENCHMARK, "text reader, by lines of text")
+    for row in text_reading.measure(repeats):
+        report.add(result, "text_reading", **row)
 
 
 def measure_drift(result: dict, repeats: int) -> None:
@@ -309,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_detection(result, max(args.repeats, 5))
     if "drift" in args.parts:
         measure_drift(result, max(args.repeats, 10))
+    if "text_reading" in args.parts:
+        measure_text_reading(result, max(args.repeats, 3))
     written = report.write(report.finish(result), args.output)
     report.log(BENCHMARK, f"after {result['elapsed_s']:.0f} s: {', '.join(map(str, written))}")
     print(report.markdown(result))

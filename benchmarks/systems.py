@@ -143,8 +143,15 @@ def declare_tables(result: dict[str, Any]) -> None:
         "steps",
         "Ensemble per step (Triton statistics over each window)",
         {"mix": "mix", "pipeline": "pipeline", "system": "system", "concurrency": "c", "step": "step", "avg_batch": "batch"}
-        | {"queue_ms": "queue ms", "in_out_ms": "in+out ms", "execute_ms": "execute ms", "request_ms": "server ms/request"},
-        "Means per request: batch = items per execution; queue = wait in the model's dynamic-batching queue; in+out = the "
+        | {
+            "items_per_s": "items/s",
+            "queue_ms": "queue ms",
+            "in_out_ms": "in+out ms",
+            "execute_ms": "execute ms",
+            "request_ms": "server ms/request",
+        },
+        "Means per request: batch = items per execution; items/s = images (a second stage: crops) it ran per second; "
+        "queue = wait in the model's dynamic-batching queue; in+out = the "
         "Python backend moving tensors in and out of the stub; execute = the model's execute() (compute_infer); server "
         "ms/request = the step's (or the whole ensemble's) server-side time.",
     )
@@ -177,6 +184,8 @@ class MixRun:
         self.pipeline = pipeline
         self.payloads = [p.data for p in images.upload_mix(mix)]
         self.models = [pipeline.name, *(pipeline.model_name(role) for role in layout.ROLES)]
+        # Second stages (models the postprocess calls by BLS): their steps' statistics too.
+        self.stages = sorted(p.name for p in pipeline.repository.iterdir() if (p / "config.pbtxt").is_file() and p.name not in self.models)
         self.windows: dict[tuple[str, int], dict] = {}
         self.skipped: dict[str, str] = {}
         if set(NAIVE_SYSTEMS) & set(options.systems) and (reason := senders.naive_service_available()):
@@ -282,7 +291,7 @@ class MixRun:
 
     def window(self, name: str, factory: loadgen.SenderFactory, concurrency: int, target: Any) -> None:
         """One measured window: throughput and latency, CPU per request and (on Triton) each step's statistics."""
-        stats = triton_stats.WindowStats(target.grpc_url, self.models) if name not in NAIVE_SYSTEMS else None
+        stats = triton_stats.WindowStats(target.grpc_url, [*self.models, *self.stages]) if name not in NAIVE_SYSTEMS else None
         process = getattr(target, "process", None)
         usage = cpu.WindowCPU(process.pid if process is not None else None)
 
@@ -311,7 +320,9 @@ class MixRun:
         )
 
     def step_rows(self, system: str, concurrency: int, stats: dict[str, dict]) -> None:
-        for step, model in zip(("ensemble", *layout.ROLES), self.models, strict=True):
+        prefix = f"{self.pipeline.name}_core_"
+        steps = [*zip(("ensemble", *layout.ROLES), self.models, strict=True), *((name.removeprefix(prefix), name) for name in self.stages)]
+        for step, model in steps:
             entry = stats.get(model)
             if not entry or not entry.get("requests"):
                 continue
@@ -325,6 +336,7 @@ class MixRun:
                 concurrency=concurrency,
                 step=step,
                 avg_batch=None if step == "ensemble" else entry.get("avg_batch"),
+                items_per_s=round(entry.get("items", 0) / self.options.duration_s, 2),
                 queue_ms=None if step == "ensemble" else entry.get("queue_ms"),
                 in_out_ms=in_out,
                 execute_ms=None if step == "ensemble" else entry.get("compute_infer_ms"),

@@ -31,7 +31,13 @@ def check_step(path: Path, log: Log) -> None:
     report = trt_compat.check_file(path)
     if report.blocking:
         raise CheckFailed(f"{path.name} would not build with TensorRT:\n{report.format_text()}")
-    log(f"check {path.name}: nothing blocks a TensorRT build")
+    log(f"check {path.parent.parent.name}/{path.parent.name}/{path.name}: nothing blocks a TensorRT build")
+
+
+def check_all(paths: tuple[Path, ...], log: Log) -> None:
+    """The core's and every second stage's FP32 ONNX."""
+    for path in paths:
+        check_step(path, log)
 
 
 def steps(pipeline: LoadedPipeline, force: bool) -> list[tuple[str, Callable[[Log], object]]]:
@@ -45,13 +51,16 @@ def steps(pipeline: LoadedPipeline, force: bool) -> list[tuple[str, Callable[[Lo
             log(f"warning: {error}")
 
     def check_served(log: Log) -> None:
-        served = pipeline.layout.served_onnx()
-        if served is not None and served != pipeline.layout.onnx("fp32"):
-            check_step(served, log)
+        served = [(pipeline.layout.served_onnx(), pipeline.layout.onnx("fp32"))]
+        served += [(layout.served_onnx(path.parent), path) for path in stage_onnx]
+        for chosen, fp32 in served:
+            if chosen is not None and chosen != fp32:
+                check_step(chosen, log)
 
+    stage_onnx = [pipeline.layout.stage_onnx(role) for role in pipeline.recipe.stages]
     return [
         ("export", lambda log: export.export(pipeline, force=force, log=log)),
-        ("check", lambda log: check_step(pipeline.layout.onnx("fp32"), log)),
+        ("check", lambda log: check_all((pipeline.layout.onnx("fp32"), *stage_onnx), log)),
         ("select-precision", lambda log: precision.select_precision(pipeline, log=log)),
         ("check-served", check_served),
         ("drift-reference", reference),

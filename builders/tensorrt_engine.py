@@ -337,6 +337,34 @@ def optimization_profile(core: ModelConfig, opt_batch: int | None = None) -> lis
     return profiles
 
 
+def optimization_profiles(config: ModelConfig, opt_batch: int | None = None, ranges: Sequence[Any] = ()) -> list[list[InputProfile]]:
+    """Every optimization profile of a model: one profile when its input dims are fixed
+    (:func:`optimization_profile`); with dynamic dims, one per ``ranges`` entry (``builders.recipe.DimsRange``:
+    per-image min/opt/max dims from the recipe), batch 1 .. ``max_batch_size`` before them."""
+    dims = [tuple(int(d) for d in tensor.dims) for tensor in config.input]
+    if all(d > 0 for shape in dims for d in shape):
+        if ranges:
+            raise ConfigError(f"model '{config.name}': its input dims are fixed ({[list(d) for d in dims]}); the recipe gives it profiles")
+        return [optimization_profile(config, opt_batch)]
+    if len(config.input) != 1 or not ranges:
+        raise ConfigError(
+            f"model '{config.name}': input dims {[list(d) for d in dims]} are dynamic; the plan needs the recipe's engine profiles "
+            "for its one input ([engine] profiles, or the stage's engine_profiles)"
+        )
+    max_batch = int(config.max_batch_size)
+    opt = max_batch if opt_batch is None else opt_batch
+    if max_batch < 1 or not 1 <= opt <= max_batch:
+        raise ConfigError(f"model '{config.name}': --opt-batch {opt} is outside 1..{max_batch} (max_batch_size)")
+    tensor, shape = config.input[0], dims[0]
+    profiles = []
+    for item in ranges:
+        fits = len(item.max) == len(shape) and all(d == -1 or lo == hi == d for d, lo, hi in zip(shape, item.min, item.max))
+        if not fits:
+            raise ConfigError(f"model '{config.name}': profile {list(item.min)}..{list(item.max)} does not fit input dims {list(shape)}")
+        profiles.append([InputProfile(tensor.name, (1, *item.min), (opt, *item.opt), (max_batch, *item.max))])
+    return profiles
+
+
 def expected_engine_io(core: ModelConfig) -> dict[str, tuple[str, str, tuple[int, ...]]]:
     """name -> (INPUT|OUTPUT, config dtype name, engine shape with -1 for the batch)."""
     batch: tuple[int, ...] = (-1,) if core.max_batch_size > 0 else ()
@@ -439,6 +467,7 @@ class BuildSettings:
     pipeline: layout.Pipeline
     onnx: Path
     output: Path
+    role: str = CORE_MODEL  # the core, or a second stage (the recipe's [stages.<role>])
     opt_batch: int | None = None
     workspace_mib: int = DEFAULT_WORKSPACE_MIB
     timing_cache: Path | None = None
@@ -453,25 +482,56 @@ class BuildResult:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def default_onnx(pipeline: layout.Pipeline) -> Path:
-    """The ONNX the precision ladder chose (served_precision.json), else the INT8 Q/DQ model."""
-    return pipeline.served_onnx() or pipeline.onnx("int8")
+def model_dir(pipeline: layout.Pipeline, role: str = CORE_MODEL) -> Path:
+    """The folder of the core, or of a second stage."""
+    return pipeline.core_dir if role == CORE_MODEL else pipeline.stage_dir(role)
 
 
-def default_plan(pipeline: layout.Pipeline) -> Path:
-    return pipeline.plan
+def engine_roles(pipeline: layout.Pipeline) -> list[str]:
+    """The models of a pipeline served from a plan: the core, then each second stage (a ``<pipeline>_core_<role>``
+    folder whose config.pbtxt is a TensorRT plan), found by the folders alone."""
+    roles = [CORE_MODEL]
+    prefix = f"{pipeline.name}_core_"
+    for folder in sorted(p for p in pipeline.repository.iterdir() if p.is_dir() and p.name.startswith(prefix)):
+        role = folder.name[len(prefix) :]
+        if (folder / "config.pbtxt").is_file():
+            config = model_config.load_config(folder)
+            if config.platform == "tensorrt_plan" or config.backend == "tensorrt":
+                roles.append(role)
+    return roles
 
 
-def load_core_config(pipeline: layout.Pipeline) -> ModelConfig:
-    """The production (TensorRT) core config, never a ``configs/`` variant. This step reads the core's
-    config alone, not the whole pipeline: the serving image runs ``verify-plan`` without the serving
-    library's image stack."""
-    config: ModelConfig = model_config.load_config(pipeline.core_dir)
+def default_onnx(pipeline: layout.Pipeline, role: str = CORE_MODEL) -> Path:
+    """The ONNX the precision ladder chose (served_precision.json), else the INT8 Q/DQ model (the core) or the
+    FP32 export (a second stage without a ladder record)."""
+    if role == CORE_MODEL:
+        return pipeline.served_onnx() or pipeline.onnx("int8")
+    version_dir = model_dir(pipeline, role) / str(MODEL_VERSION)
+    return layout.served_onnx(version_dir) or version_dir / layout.FP32_ONNX
+
+
+def default_plan(pipeline: layout.Pipeline, role: str = CORE_MODEL) -> Path:
+    return model_dir(pipeline, role) / str(MODEL_VERSION) / PLAN_FILENAME
+
+
+def load_core_config(pipeline: layout.Pipeline, role: str = CORE_MODEL) -> ModelConfig:
+    """The production (TensorRT) config of the core (or a second stage), never a ``configs/`` variant. This
+    step reads that config alone, not the whole pipeline: the serving image runs ``verify-plan`` without the
+    serving library's image stack."""
+    folder = model_dir(pipeline, role)
+    config: ModelConfig = model_config.load_config(folder)
     if config.platform != "tensorrt_plan" and config.backend != "tensorrt":
-        raise ConfigError(
-            f"{pipeline.core_dir / 'config.pbtxt'}: platform is {config.platform or config.backend!r}, expected 'tensorrt_plan'"
-        )
+        raise ConfigError(f"{folder / 'config.pbtxt'}: platform is {config.platform or config.backend!r}, expected 'tensorrt_plan'")
     return config
+
+
+def recipe_profiles(pipeline: layout.Pipeline, role: str) -> Sequence[Any]:
+    """The recipe's engine profiles of a model (none: its dims are fixed)."""
+    from builders import recipe
+
+    if not pipeline.recipe.is_file():
+        return ()
+    return recipe.engine_profiles(pipeline.recipe).get(role, ())
 
 
 def _read_provenance(path: Path) -> dict[str, Any] | None:
@@ -486,8 +546,9 @@ def _copy_atomically(source: Path, target: Path) -> None:
 
 
 def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResult:
-    core = load_core_config(settings.pipeline)
-    profiles = optimization_profile(core, settings.opt_batch)
+    core = load_core_config(settings.pipeline, settings.role)
+    profile_sets = optimization_profiles(core, settings.opt_batch, recipe_profiles(settings.pipeline, settings.role))
+    profiles = profile_sets[0]
     if settings.workspace_mib < 1:
         raise BuildError(f"--workspace-mib must be positive, got {settings.workspace_mib}")
     if not settings.onnx.is_file():
@@ -504,7 +565,9 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
         )
     key = cache_key(trt.__version__, capability, compatibility, gpus[0].name)
     onnx_sha = sha256_file(settings.onnx)
-    profile_record = {p.name: p.as_dict() for p in profiles}
+    profile_record: Any = {p.name: p.as_dict() for p in profiles}
+    if len(profile_sets) > 1:
+        profile_record = [{p.name: p.as_dict() for p in profile} for profile in profile_sets]
     workspace_bytes = settings.workspace_mib << 20
     wanted = {"key": key, "onnx_sha256": onnx_sha, "profile": profile_record, "workspace_bytes": workspace_bytes}
     wanted_hash = input_hash(wanted)
@@ -513,7 +576,8 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
     # Content-addressed: <cache>/<key>/<pipeline>/<inputs hash>/model.plan (key: trt<X.Y.Z>-sm<CC>[-<gpu model>]). Two model
     # versions sharing a cache (stable and canary pods on one PVC) never write the same entry, so
     # neither rebuilds over the other nor copies the other's plan between check and copy.
-    entry = cache_entry(settings.cache_dir, key, settings.pipeline.name, wanted_hash) if settings.cache_dir else None
+    cached_name = settings.pipeline.name if settings.role == CORE_MODEL else f"{settings.pipeline.name}_{settings.role}"
+    entry = cache_entry(settings.cache_dir, key, cached_name, wanted_hash) if settings.cache_dir else None
     build_plan = entry / PLAN_FILENAME if entry else target_plan
     if not settings.force and provenance.is_current(build_plan, wanted_hash):
         current = _read_provenance(provenance_path(build_plan)) or {}
@@ -527,9 +591,14 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
 
     # Timing is measured per GPU model: its cache never crosses models, even when the plan may.
     timing_cache = settings.timing_cache or ((settings.cache_dir or BUILD_DIR) / key / f"timing-{gpu_slug(gpus[0].name)}.cache")
-    log(f"building {key} from {settings.onnx} ({len(profiles)} input(s), opt batch {profiles[0].opt[0] if profiles[0].opt else '-'})")
+    log(
+        f"building {key} from {settings.onnx} ({len(profiles)} input(s), {len(profile_sets)} profile(s), "
+        f"opt batch {profiles[0].opt[0] if profiles[0].opt else '-'})"
+    )
     started = time.monotonic()
-    plan_bytes, builder_record = _build_serialized(trt, settings.onnx, core, profiles, workspace_bytes, timing_cache, compatibility, log)
+    plan_bytes, builder_record = _build_serialized(
+        trt, settings.onnx, core, profile_sets, workspace_bytes, timing_cache, compatibility, log
+    )
     seconds = round(time.monotonic() - started, 1)
 
     gpu = gpus[0]
@@ -543,7 +612,7 @@ def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResu
             "onnx": onnx_sha,
             "onnx_provenance": onnx_record.get("input_hash"),
             "calibration": onnx_record["calibration_hash"],
-            "core_config": sha256_file(settings.pipeline.core_dir / "config.pbtxt"),
+            "core_config": sha256_file(model_dir(settings.pipeline, settings.role) / "config.pbtxt"),
         },
         tools={"tensorrt": str(trt.__version__)},
         inputs=wanted,
@@ -577,7 +646,7 @@ def _build_serialized(
     trt: Any,
     onnx_path: Path,
     core: ModelConfig,
-    profiles: Sequence[InputProfile],
+    profile_sets: Sequence[Sequence[InputProfile]],
     workspace_bytes: int,
     timing_cache: Path,
     compatibility: str,
@@ -594,7 +663,7 @@ def _build_serialized(
 
     network_inputs = {network.get_input(i).name: tuple(network.get_input(i).shape) for i in range(network.num_inputs)}
     network_outputs = {network.get_output(i).name for i in range(network.num_outputs)}
-    config_inputs = {p.name for p in profiles}
+    config_inputs = {p.name for p in profile_sets[0]}
     config_outputs = {t.name for t in core.output}
     if set(network_inputs) != config_inputs or network_outputs != config_outputs:
         raise BuildError(
@@ -605,15 +674,16 @@ def _build_serialized(
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
     set_hardware_compatibility(trt, config, compatibility)
-    profile = builder.create_optimization_profile()
-    for item in profiles:
-        shape = network_inputs[item.name]
-        if len(shape) != len(item.max) or any(d != -1 and d != m for d, m in zip(shape, item.max)):
-            raise BuildError(
-                f"{onnx_path}: input '{item.name}' has shape {list(shape)}, the core config implies {list(item.max)} (batch first)"
-            )
-        profile.set_shape(item.name, item.min, item.opt, item.max)
-    config.add_optimization_profile(profile)
+    for profiles in profile_sets:  # profile i of the plan: an instance_group's `profile: ["i"]` in the Triton config
+        profile = builder.create_optimization_profile()
+        for item in profiles:
+            shape = network_inputs[item.name]
+            if len(shape) != len(item.max) or any(d != -1 and not lo <= d <= hi for d, lo, hi in zip(shape, item.min, item.max)):
+                raise BuildError(
+                    f"{onnx_path}: input '{item.name}' has shape {list(shape)}, the profile is {list(item.min)}..{list(item.max)} (batch first)"
+                )
+            profile.set_shape(item.name, item.min, item.opt, item.max)
+        config.add_optimization_profile(profile)
 
     cache_bytes = timing_cache.read_bytes() if timing_cache.is_file() else b""
     cache = config.create_timing_cache(cache_bytes)
@@ -669,11 +739,13 @@ def deserialize_and_compare(plan_path: Path, core: ModelConfig) -> list[str]:
     problems = compare_engine_io(expected_engine_io(core), actual)
     if core.max_batch_size > 0:
         for tensor in core.input:
-            if tensor.name in actual:
-                max_shape = engine.get_tensor_profile_shape(tensor.name, 0)[2]
+            if tensor.name not in actual:
+                continue
+            for index in range(engine.num_optimization_profiles):
+                max_shape = engine.get_tensor_profile_shape(tensor.name, index)[2]
                 if int(max_shape[0]) < core.max_batch_size:
                     problems.append(
-                        f"'{tensor.name}': the plan's profile allows batch {max_shape[0]}, the config's max_batch_size is {core.max_batch_size}"
+                        f"'{tensor.name}': the plan's profile {index} allows batch {max_shape[0]}, the config's max_batch_size is {core.max_batch_size}"
                     )
     return problems
 
@@ -685,6 +757,7 @@ def verify_plan(
     tensorrt_version: str | None = None,
     gpus: Sequence[GpuFacts] | None = None,
     log: Log = log_to_stderr,
+    role: str = CORE_MODEL,
 ) -> dict[str, Any]:
     """Raise ``VerificationError`` (exit 1) with one line when the plan cannot be served here."""
     if not plan_path.is_file():
@@ -702,7 +775,7 @@ def verify_plan(
     visible = list(gpus) if gpus is not None else query_gpus()
     problems += compare_provenance(record, version, visible)
     if not problems and deserialize:
-        problems += deserialize_and_compare(plan_path, load_core_config(pipeline))
+        problems += deserialize_and_compare(plan_path, load_core_config(pipeline, role))
     if problems:
         raise VerificationError(f"{plan_path}: " + "; ".join(problems) + " -> rebuild it on this node (python -m builders build-engine)")
     log(
@@ -742,19 +815,24 @@ def each_pipeline(args: argparse.Namespace, step: Callable[[layout.Pipeline], ob
 
 
 def run_build_engine(args: argparse.Namespace) -> int:
+    """The core's plan (--onnx / --output / --opt-batch apply to it), then each second stage's from its own default ONNX."""
+
     def build(pipeline: layout.Pipeline) -> None:
-        build_engine(
-            BuildSettings(
-                pipeline=pipeline,
-                onnx=args.onnx or default_onnx(pipeline),
-                output=args.output or default_plan(pipeline),
-                opt_batch=args.opt_batch,
-                workspace_mib=args.workspace_mib,
-                timing_cache=args.timing_cache,
-                cache_dir=args.cache_dir,
-                force=args.force,
+        for role in engine_roles(pipeline):
+            core = role == CORE_MODEL
+            build_engine(
+                BuildSettings(
+                    pipeline=pipeline,
+                    onnx=(args.onnx if core else None) or default_onnx(pipeline, role),
+                    output=(args.output if core else None) or default_plan(pipeline, role),
+                    role=role,
+                    opt_batch=args.opt_batch if core else None,
+                    workspace_mib=args.workspace_mib,
+                    timing_cache=args.timing_cache,
+                    cache_dir=args.cache_dir,
+                    force=args.force,
+                )
             )
-        )
 
     return each_pipeline(args, build)
 
@@ -800,7 +878,9 @@ def add_build_engine_step(subparsers: argparse._SubParsersAction[argparse.Argume
 
 def run_verify_plan(args: argparse.Namespace) -> int:
     def verify(pipeline: layout.Pipeline) -> None:
-        verify_plan(args.plan or default_plan(pipeline), pipeline, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version)
+        for role in engine_roles(pipeline):
+            plan = (args.plan if role == CORE_MODEL else None) or default_plan(pipeline, role)
+            verify_plan(plan, pipeline, deserialize=args.deserialize, tensorrt_version=args.tensorrt_version, role=role)
 
     return each_pipeline(args, verify)
 

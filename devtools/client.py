@@ -62,6 +62,11 @@ class ClientScript:
     default_model: str  # the pipeline it calls without --model
     sample: str = ""  # what `./scripts/serve` suggests sending it: a file of .build/samples ("": the whole folder)
 
+    @property
+    def module(self) -> str:
+        """The Python module behind the script (``python -m scripts.<module>``)."""
+        return self.name.replace("-", "_")
+
     def command(self, model: str, samples: Path, url: str | None = None) -> str:
         """The command line that sends ``samples`` (or its ``sample``) to ``model`` at ``url`` (None: the default)."""
         options = [*(["--url", url] if url else []), *(["--model", model] if model != self.default_model else [])]
@@ -73,6 +78,7 @@ CLIENT_SCRIPTS: dict[str, ClientScript] = {
     "classification": ClientScript("classify", "image_classifier"),
     "segmentation": ClientScript("segment", "person_segmenter", "astronaut.png"),
     "detection": ClientScript("detect", "face_detector"),
+    "text_reading": ClientScript("read-text", "text_reader", "page.png"),
 }
 
 
@@ -428,7 +434,9 @@ def parse_args(prog: str, task: Task, default_model: str, argv: list[str] | None
     )
     add_connection_arguments(parser, default_model, "print one JSON document instead of tables")
     parser.add_argument(
-        "--batch-size", type=positive_int, help=f"images per request (default {DEFAULT_BATCH_SIZE}, at most the model's max_batch_size)"
+        "--batch-size",
+        type=positive_int,
+        help=f"images per request (default {task.client_batch_size or DEFAULT_BATCH_SIZE}, at most the model's max_batch_size)",
     )
     task.add_client_arguments(parser)
     return parser.parse_args(argv)
@@ -449,7 +457,7 @@ def main(task_name: str, default_model: str, prog: str, argv: list[str] | None =
         for role in task.client_inputs(args, 1):
             if interface.request_inputs.get(role) is None:
                 raise ClientError(f"model '{args.model}' has no {role} input; its option cannot be used with it")
-        batch_size = args.batch_size or min(DEFAULT_BATCH_SIZE, max(interface.max_batch_size, 1))
+        batch_size = args.batch_size or min(task.client_batch_size or DEFAULT_BATCH_SIZE, max(interface.max_batch_size, 1))
         if interface.max_batch_size == 0:
             batch_size = 1
         elif batch_size > interface.max_batch_size:

@@ -242,7 +242,7 @@ class LocalTritonServer:
 
 
 SAMPLES_DIR = BUILD_DIR / "samples"
-SAMPLE_PHOTOS = ("chelsea", "coffee", "camera", "astronaut", "grace_hopper", "motorcycle_left", "rocket")
+SAMPLE_PHOTOS = ("chelsea", "coffee", "camera", "astronaut", "grace_hopper", "motorcycle_left", "rocket", "page")
 
 
 def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REPOSITORY, names: list[str] | None = None) -> None:

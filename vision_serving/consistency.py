@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import drift, layout, model_config, preprocessing, queue_policy
+from . import drift, layout, model_config, preprocessing, preprocessors, queue_policy
 from .model_config import ConfigError, ModelConfig
 from .tasks import registry
 
@@ -193,7 +193,11 @@ def check_model_parameters(config: ModelConfig, model_dir: Path, preprocess: pre
     try:
         if config.backend == "python" and ("onnx_file" in config.parameters or "precision" in config.parameters):
             check_python_core(config)
-        if config.name.endswith("_preprocess"):
+        if config.name.endswith("_preprocess") and preprocessors.custom(config) is not None:
+            problems += preprocessors.check(config)
+            preprocessing.limits_from_config(config)
+            drift.DriftSettings.from_config(config, drift.IMAGE_FEATURES)
+        elif config.name.endswith("_preprocess"):
             preprocessing.PreprocessSpec.from_config(config)
             preprocessing.PreprocessOutputs.from_config(config)
             preprocessing.limits_from_config(config)
@@ -270,6 +274,8 @@ def _preprocess_spec(config: ModelConfig | None) -> preprocessing.PreprocessSpec
     if config is None:
         return None
     try:
+        if preprocessors.kind(config) != preprocessors.IMAGE_TO_TENSOR:
+            return None  # a preprocessor of its own: its outputs are checked on their own
         return preprocessing.PreprocessSpec.from_config(config)
     except (ConfigError, ValueError):
         return None

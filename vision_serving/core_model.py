@@ -97,12 +97,20 @@ def check_io(config: model_config.ModelConfig, inputs: list[str], outputs: list[
         )
 
 
+# A dynamic input dim (-1 in the config) takes this size in the load-time probe: a multiple of 32 (a
+# detector's stride), wide enough for a recognizer's shortest line.
+PROBE_SIZE = 64
+
+
 def check_output_shapes(config: model_config.ModelConfig, run: Callable[[dict[str, np.ndarray]], list[np.ndarray]], what: str) -> None:
-    """Run one zero input: a model whose outputs do not match its config fails to load, never serves."""
-    probe = {item.name: np.zeros((1, *item.dims), dtype=model_config.numpy_dtype(item.data_type)) for item in config.input}
+    """Run one zero input (dynamic dims at PROBE_SIZE): a model whose outputs do not match its config
+    (-1 matching any size) fails to load, never serves."""
+    probe = {
+        item.name: np.zeros((1, *(PROBE_SIZE if d < 0 else d for d in item.dims)), dtype=model_config.numpy_dtype(item.data_type))
+        for item in config.input
+    }
     for item, value in zip(config.output, run(probe)):
         shape = list(value.shape[1:])
-        if shape != list(item.dims):
-            raise model_config.ConfigError(
-                f"{what} output '{item.name}' has shape {shape} per image; the config declares {list(item.dims)}"
-            )
+        declared = list(item.dims)
+        if len(shape) != len(declared) or any(d >= 0 and d != s for d, s in zip(declared, shape)):
+            raise model_config.ConfigError(f"{what} output '{item.name}' has shape {shape} per image; the config declares {declared}")

@@ -8,7 +8,9 @@ pipeline) holding
   which only loads sub-folders);
 - ``<name>/``: the ensemble clients call;
 - ``<name>_preprocess/``, ``<name>_core/``, ``<name>_postprocess/``: its three
-  composing models.
+  composing models;
+- ``<name>_core_<role>/`` for each second stage of a two-stage pipeline: a core the
+  postprocess calls (by BLS), built from the recipe's ``[stages.<role>]``.
 
 Built artifacts (ONNX files, labels, plans, provenance records) are written
 into the core's and postprocess's folders, never committed; scratch work,
@@ -77,6 +79,20 @@ class Pipeline:
 
     def model_dir(self, role: str) -> Path:
         return self.repository / self.model_name(role)
+
+    def stage_name(self, role: str) -> str:
+        """A second-stage model's name, ``<name>_core_<role>``: a core the postprocess calls, built from the recipe's
+        ``[stages.<role>]``. Metrics tell the ensemble's steps from ensembles by these names
+        (``.+_(preprocess|core|core_.+|postprocess)``: k8s/prometheusrule.yaml)."""
+        if role in ROLES:
+            raise LayoutError(f"{role!r} is one of the ensemble's roles {ROLES}, not a second stage")
+        return f"{self.name}_core_{role}"
+
+    def stage_dir(self, role: str) -> Path:
+        return self.repository / self.stage_name(role)
+
+    def stage_onnx(self, role: str) -> Path:
+        return self.stage_dir(role) / str(MODEL_VERSION) / FP32_ONNX
 
     @property
     def ensemble_dir(self) -> Path:

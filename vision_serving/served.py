@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import core_model, cpu_core, drift, image_codec, model_config, preprocessing
+from . import core_model, cpu_core, drift, image_codec, model_config, preprocessing, preprocessors
 from .model_config import ConfigError, ModelConfig
 from .pipeline_configs import PipelineConfigs
 from .tasks.base import TaskResult
@@ -54,8 +54,13 @@ def ensemble_steps(configs: PipelineConfigs) -> dict[str, Step]:
 def core_config(configs: PipelineConfigs, variant: str = SERVED_CORE_CONFIG, parameters: Mapping[str, str] | None = None) -> ModelConfig:
     """A copy of a core config variant with parameters overridden (``onnx_file`` and ``precision``
     replace each other: a config names the model one way)."""
+    return with_parameters(configs.core_variant(variant), parameters)
+
+
+def with_parameters(source: ModelConfig, parameters: Mapping[str, str] | None) -> ModelConfig:
+    """A copy of a model config with parameters overridden, as :func:`core_config` does."""
     config = ModelConfig()
-    config.CopyFrom(configs.core_variant(variant))
+    config.CopyFrom(source)
     for key, value in (parameters or {}).items():
         other = {"onnx_file": "precision", "precision": "onnx_file"}.get(key)
         if other is not None and other in config.parameters:
@@ -64,17 +69,57 @@ def core_config(configs: PipelineConfigs, variant: str = SERVED_CORE_CONFIG, par
     return config
 
 
+class StageCore:
+    """A second-stage model of a pipeline (one its postprocess calls) as a CPU core in this process."""
+
+    def __init__(self, config: ModelConfig, core: core_model.Core) -> None:
+        self.config, self.core = config, core
+
+    async def infer(self, batch: np.ndarray) -> np.ndarray:
+        if len(batch) > self.config.max_batch_size:
+            raise ValueError(f"model '{self.config.name}': {len(batch)} inputs, more than its max_batch_size {self.config.max_batch_size}")
+        return self.core.run({self.core.input_names[0]: batch})[0]
+
+
+def stage_core(
+    configs: PipelineConfigs, name: str, variant: str = SERVED_CORE_CONFIG, parameters: Mapping[str, str] | None = None
+) -> StageCore:
+    """The model ``name`` of the pipeline's folder with its ``configs/<variant>.pbtxt`` (config.pbtxt when it has
+    none), its parameters overridden as :func:`core_config` overrides the core's."""
+    folder = configs.layout.repository / name
+    if not (folder / "config.pbtxt").is_file():
+        raise ConfigError(f"model '{configs.postprocess.name}' calls '{name}', which is not a model of {configs.layout.repository}")
+    variant_config = model_config.load_config(folder, variant if (folder / "configs" / f"{variant}.pbtxt").is_file() else None)
+    config = with_parameters(variant_config, parameters)
+    return StageCore(config, cpu_core.load(config, folder / str(configs.layout.core_version_dir.name)))
+
+
 class ServedInputs:
     """The served decode and preprocessing, up to the core's inputs (no core needed: the export
     verifies a model it is still building with them)."""
 
     def __init__(self, configs: PipelineConfigs) -> None:
         self.configs = configs
-        self.spec = configs.spec
         self.limits = configs.limits
-        self.minimum = preprocessing.decode_minimum(self.spec)
-        self.outputs = preprocessing.PreprocessOutputs.from_config(configs.preprocess)
         self.steps = ensemble_steps(configs)
+        # A preprocessor of its own (vision_serving.preprocessors), or the image-to-tensor resize of the spec.
+        self.custom = preprocessors.custom(configs.preprocess)
+        self._spec = None if self.custom is not None else configs.spec
+        self.minimum = None if self._spec is None else preprocessing.decode_minimum(self._spec)
+        self.outputs = None if self.custom is not None else preprocessing.PreprocessOutputs.from_config(configs.preprocess)
+
+    @property
+    def spec(self) -> preprocessing.PreprocessSpec:
+        """The image-to-tensor resize (``ConfigError`` for a preprocessor of its own)."""
+        if self._spec is None:
+            raise ConfigError(
+                f"model '{self.configs.preprocess.name}': its preprocessor {preprocessors.kind(self.configs.preprocess)!r} has no image-to-tensor spec"
+            )
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: preprocessing.PreprocessSpec) -> None:
+        self._spec = value
 
     def use_served_threads(self) -> None:
         """OpenCV's thread pool as the preprocess model sets it (process-wide)."""
@@ -85,7 +130,11 @@ class ServedInputs:
         return image_codec.decode(data, self.limits, self.minimum)
 
     def preprocess(self, decoded: Sequence[image_codec.Decoded]) -> dict[str, np.ndarray]:
-        """Decoded images -> the preprocess model's outputs, by its tensor names."""
+        """Decoded images -> the preprocess model's outputs, by its tensor names (ragged where a preprocessor
+        of its own gives the photos different shapes: :func:`vision_serving.preprocessors.ragged`)."""
+        if self.custom is not None:
+            return self.custom(decoded)
+        assert self.outputs is not None
         sizes = preprocessing.original_sizes(decoded)
         tensors = {self.outputs.pixels: preprocessing.preprocess_batch([item.image for item in decoded], self.spec)}
         if self.outputs.image_size is not None:
@@ -117,13 +166,30 @@ class ServedInputs:
 
 
 class ServedPipeline(ServedInputs):
-    def __init__(self, configs: PipelineConfigs, core: core_model.Core, core_config: ModelConfig) -> None:
+    def __init__(
+        self,
+        configs: PipelineConfigs,
+        core: core_model.Core,
+        core_config: ModelConfig,
+        variant: str = SERVED_CORE_CONFIG,
+        stage_parameters: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
         super().__init__(configs)
         self.core = core
         self.core_config = core_config
         self.postprocessor = configs.postprocessor()
         if core_config.max_batch_size < 1:
             raise ConfigError(f"model '{core_config.name}': a core without a batch dimension (max_batch_size 0) is not supported")
+        # Second-stage models the postprocess calls (by BLS when served): their CPU cores, in this process.
+        overrides = stage_parameters or {}
+        unknown = sorted(set(overrides) - set(self.postprocessor.stage_models))
+        if unknown:
+            raise ConfigError(f"model '{configs.postprocess.name}' calls no {', '.join(unknown)} model")
+        self.stage_cores = {
+            role: stage_core(configs, name, variant, overrides.get(role)) for role, name in self.postprocessor.stage_models.items()
+        }
+        if self.stage_cores:
+            self.postprocessor.use_stages({role: stage.infer for role, stage in self.stage_cores.items()})
 
     @classmethod
     def load(
@@ -132,12 +198,13 @@ class ServedPipeline(ServedInputs):
         variant: str = SERVED_CORE_CONFIG,
         parameters: Mapping[str, str] | None = None,
         version_dir: Path | None = None,
+        stage_parameters: Mapping[str, Mapping[str, str]] | None = None,
     ) -> ServedPipeline:
         """The pipeline with the core of ``configs/<variant>.pbtxt``, its parameters overridden
         (e.g. ``{"onnx_file": "model_int8_qdq.onnx", "graph_optimization": "disable_all"}``), from the
-        core's ``version_dir`` (default: version 1)."""
+        core's ``version_dir`` (default: version 1); ``stage_parameters``: a second stage's overrides, by role."""
         config = core_config(configs, variant, parameters)
-        return cls(configs, cpu_core.load(config, version_dir or configs.layout.core_version_dir), config)
+        return cls(configs, cpu_core.load(config, version_dir or configs.layout.core_version_dir), config, variant, stage_parameters)
 
     # ---- the steps
 
@@ -146,6 +213,9 @@ class ServedPipeline(ServedInputs):
         count = len(next(iter(feeds.values())))
         if count == 0:
             raise ValueError("no images to run")
+        if any(preprocessors.is_ragged(value) for value in feeds.values()):  # one photo a run: the shapes differ
+            runs = [self.core.run({name: np.asarray(value[index])[np.newaxis] for name, value in feeds.items()}) for index in range(count)]
+            return {name: preprocessors.ragged([run[k][0] for run in runs]) for k, name in enumerate(self.core.output_names)}
         chunk = self.core_config.max_batch_size
         parts = [self.core.run({name: value[start : start + chunk] for name, value in feeds.items()}) for start in range(0, count, chunk)]
         return {name: np.concatenate([part[index] for part in parts]) for index, name in enumerate(self.core.output_names)}

@@ -633,7 +633,7 @@ def test_dashboard_shows_every_step_of_every_pipeline(objects):
     assert len(step_panels) >= 6
     for panel in step_panels:
         for target in panel["targets"]:
-            assert 'model=~"${pipeline}_(preprocess|core|postprocess)"' in target["expr"], panel["title"]
+            assert 'model=~"${pipeline}_(preprocess|core|core_.+|postprocess)"' in target["expr"], panel["title"]
     above = [t["expr"] for p in panels if p["gridPos"]["y"] < repeated["gridPos"]["y"] for t in p.get("targets", [])]
     assert any('model=~"${pipeline:regex}"' in e and "nv_inference_request_success" in e for e in above), "ensemble panel"
     # The HPA's own metric, the recorded series the adapter serves.

@@ -170,7 +170,8 @@ def test_bad_upload_is_invalid_argument_and_the_server_keeps_serving(triton_serv
 
 
 def test_the_same_photos_through_every_pipeline(triton_server, photos):
-    """One server, all three pipelines, the same uploads in one request each."""
+    """One server, every image-to-tensor pipeline, the same uploads in one request each (the text reader takes
+    photos of one detector size per request: tests/integration/test_text_reader.py)."""
     names = ["astronaut", "faces_2x2", "coffee"]
     uploads = np.array([[photos[n]] for n in names], dtype=np.object_)
     client = grpcclient.InferenceServerClient(triton_server.grpc_url)
@@ -181,7 +182,7 @@ def test_the_same_photos_through_every_pipeline(triton_server, photos):
         result = client.infer(model, [image])
         return [result.as_numpy(name) for name in outputs]
 
-    assert {p.name for p in layout.pipelines()} == {"image_classifier", "person_segmenter", MODEL}
+    assert {p.name for p in layout.pipelines()} == {"image_classifier", "person_segmenter", MODEL, "text_reader"}
     (labels,) = infer("image_classifier", ("LABELS",))
     masks, coverage = infer("person_segmenter", ("MASK", "COVERAGE"))
     boxes, counts = infer(MODEL, ("BOXES", "COUNT"))

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,13 +82,13 @@ STEPS = tuple(pipeline.model_name(role) for pipeline in PIPELINES for role in la
 
 
 # The monitoring selects models by their role suffix (<pipeline>_<role>), never by pipeline.
-STEP_SELECTOR = 'model=~".+_(preprocess|core|postprocess)"'
+STEP_SELECTOR = 'model=~".+_(preprocess|core|core_.+|postprocess)"'
 
 
 CORE_SELECTOR = 'model=~".+_core"'
 
 
-ENSEMBLE_SELECTOR = 'model!~".+_(preprocess|core|postprocess)"'
+ENSEMBLE_SELECTOR = 'model!~".+_(preprocess|core|core_.+|postprocess)"'
 
 
 # Metric names only a GPU build of Triton exports (Triton's DCGM-based GPU metrics) and
@@ -378,7 +379,7 @@ def laddered_repository(built_repository, tmp_path_factory) -> Path:
         copy_repository(pipeline.repository, root / pipeline.name)
         recipe = root / pipeline.name / "pipeline.toml"
         text, count = re.subn(r"(?m)^samples = \d+$", f"samples = {CALIBRATION_SAMPLES}", recipe.read_text())
-        assert count == 1, f"{recipe}: no [quantize] samples line"
+        assert count == 1 or "int8" not in tomllib.loads(text).get("precisions", ["int8"]), f"{recipe}: no [quantize] samples line"
         recipe.write_text(text)
     assert run_all(list(layout.pipelines(root))) == 0, "python -m builders all failed"
     return root

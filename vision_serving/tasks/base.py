@@ -114,6 +114,14 @@ class Postprocessor(ABC):
         self.input_roles = {role.role: role for role in input_roles}
         self.inputs = resolve_roles(config, "input", input_roles)
         self.outputs = resolve_roles(config, "output", output_roles)
+        # Second-stage models this postprocess calls (role -> a model of the same repository): none unless
+        # its task reads several models (BLS when served; the in-process pipeline connects their CPU cores).
+        self.stage_models: dict[str, str] = {}
+
+    def use_stages(self, models: Mapping[str, Any]) -> None:
+        """The second-stage models to call (role -> an async call: a batch in, the model's output out)."""
+        if models:
+            raise ConfigError(f"model '{self.config.name}' calls no second-stage model, got {', '.join(models)}")
 
     @property
     def input_names(self) -> list[str]:
@@ -221,6 +229,8 @@ class Task(ABC):
     gate_defaults: ClassVar[Mapping[str, float]]
     # What `builders evaluate --dataset DIR` expects in DIR (one line, for --help and errors).
     dataset_layout: str
+    # Images per request the task's client sends by default (None: the client's own default).
+    client_batch_size: int | None = None
 
     @abstractmethod
     def output_roles(self) -> tuple[Role, ...]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from ..model_config import ConfigError, ModelConfig, parameter
 from . import classification, detection, segmentation
 from .base import Task
+from .text_reading import task as text_reading
 
-TASKS: dict[str, Task] = {task.name: task for task in (classification.TASK, segmentation.TASK, detection.TASK)}
+TASKS: dict[str, Task] = {task.name: task for task in (classification.TASK, segmentation.TASK, detection.TASK, text_reading.TASK)}
 
 
 def task(name: str) -> Task:

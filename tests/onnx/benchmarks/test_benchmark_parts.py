@@ -84,3 +84,18 @@ def test_whatif_decode_gate_and_config_edits(tmp_path, built_repository):
     assert edited.preprocess.dynamic_batching.max_queue_delay_microseconds == 0
     with pytest.raises(ValueError, match="unknown key"):
         whatif.apply_edit(repository, CLASSIFIER.name, "core.colour=red")
+
+
+def test_text_reading_part_measures_every_step_at_each_line_count():
+    """The text reader's part of benchmarks.steps (one pass): a row per line count, the drawn lines found
+    and read, the recognizer's cost growing with them."""
+    from benchmarks import text_reading
+
+    rows = {row["lines_drawn"]: row for row in text_reading.measure(repeats=1)}
+    assert sorted(rows) == list(text_reading.LINES)
+    assert rows[0]["crops"] == rows[0]["lines_read"] == 0 and rows[0]["recognizer"] == 0
+    assert rows[5]["crops"] == rows[5]["lines_read"] == 5
+    assert rows[50]["lines_read"] >= 45
+    assert rows[50]["recognizer"] > rows[5]["recognizer"] > 0
+    for row in rows.values():
+        assert row["detector"] > 0 and row["total"] >= row["preprocess"] + row["detector"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -64,8 +65,9 @@ def test_command_line_reports_ok():
     result = subprocess.run([sys.executable, "-m", "vision_serving.consistency"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     pipelines = layout.pipelines()
-    # Each pipeline: its ensemble and three composing models.
-    expected = f"ok: {len(pipelines)} pipelines ({', '.join(p.name for p in pipelines)}), {4 * len(pipelines)} models"
+    # Each pipeline: its ensemble, three composing models and the second stages its recipe builds.
+    models = sum(4 + len(tomllib.loads(p.recipe.read_text()).get("stages", {})) for p in pipelines)
+    expected = f"ok: {len(pipelines)} pipelines ({', '.join(p.name for p in pipelines)}), {models} models"
     assert result.stdout.startswith(expected), result.stdout
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -60,6 +61,40 @@ def test_profile_without_batching_and_with_variable_dims():
     assert profile.min == profile.opt == profile.max == (3, 8, 8)
     with pytest.raises(model_config.ConfigError, match="variable dims"):
         te.optimization_profile(core_config(TINY_CONFIG.replace("dims: [ 3, 8, 8 ]", "dims: [ 3, -1, -1 ]")))
+
+
+def test_dynamic_dims_take_the_recipe_s_profiles_one_plan_profile_each(tmp_path):
+    """The text reader: the detector's one range, the recognizer's one fixed width per bucket, batch 1..max added."""
+    from builders import recipe
+
+    text_reader = layout.pipeline("text_reader")
+    assert te.engine_roles(text_reader) == ["core", "classifier", "recognizer"]
+    ranges = recipe.engine_profiles(text_reader.recipe)
+    detector = te.load_core_config(text_reader)
+    (profile,) = te.optimization_profiles(detector, None, ranges["core"])
+    assert (profile[0].min, profile[0].opt, profile[0].max) == ((1, 3, 32, 32), (8, 3, 736, 736), (8, 3, 4096, 4096))
+    recognizer = te.load_core_config(text_reader, "recognizer")
+    profiles = te.optimization_profiles(recognizer, 4, ranges["recognizer"])
+    assert [p[0].max for p in profiles] == [(16, 3, 48, w) for w in (320, 480, 640, 960, 1280, 1920)]
+    assert all(p[0].min == (1, 3, 48, p[0].max[-1]) and p[0].opt[0] == 4 for p in profiles)
+    classifier = te.load_core_config(text_reader, "classifier")
+    assert len(te.optimization_profiles(classifier)) == 1  # fixed dims: the one batch profile
+    with pytest.raises(model_config.ConfigError, match="are dynamic; the plan needs the recipe's engine profiles"):
+        te.optimization_profiles(detector)
+    with pytest.raises(model_config.ConfigError, match="does not fit input dims"):
+        te.optimization_profiles(recognizer, None, ranges["core"])
+    with pytest.raises(model_config.ConfigError, match="its input dims are fixed"):
+        te.optimization_profiles(classifier, None, ranges["recognizer"])
+    assert te.default_plan(text_reader, "recognizer") == text_reader.stage_dir("recognizer") / "1" / te.PLAN_FILENAME
+    # A stage's plan is built from its own ladder's choice; without a record, from its FP32 export.
+    shutil.copytree(text_reader.repository, tmp_path / "text_reader", ignore=shutil.ignore_patterns("*.onnx", "*.json"))
+    copy = layout.Pipeline.at(tmp_path / "text_reader")
+    assert te.default_onnx(copy, "recognizer") == copy.stage_onnx("recognizer")
+    fp16 = copy.stage_onnx("recognizer").with_name(layout.FP16_ONNX)
+    fp16.write_bytes(b"fp16 recognizer")
+    record = {"precision": "fp16", "onnx": fp16.name, "onnx_sha256": te.sha256_file(fp16)}
+    (fp16.parent / layout.SERVED_PRECISION).write_text(json.dumps(record))
+    assert te.default_onnx(copy, "recognizer") == fp16
 
 
 def test_the_cpu_variant_is_not_taken_for_the_plan(tmp_path):

@@ -88,6 +88,7 @@ def test_every_task_has_its_client_script():
     assert set(client.CLIENT_SCRIPTS) == set(registry.TASKS)
     for task, script in client.CLIENT_SCRIPTS.items():
         assert (SCRIPTS / script.name).is_file()
-        assert f'script_main("{task}")' in (SCRIPTS / f"{script.name}.py").read_text()
+        assert f'script_main("{task}")' in (SCRIPTS / f"{script.module}.py").read_text()
+        assert f"-m scripts.{script.module} " in (SCRIPTS / script.name).read_text()
         default = layout.pipeline(script.default_model)
         assert registry.for_config(model_config.load_config(default.model_dir("postprocess"))).name == task

@@ -1,0 +1,92 @@
+"""Text reader postprocess: the detector's maps -> lines of text, the second stages reached by BLS.
+
+The computation is the ``text_reading`` task's (:class:`vision_serving.tasks.text_reading.task.TextReadingPostprocessor`,
+the config's parameters name the second-stage models). For every photo of every request in Triton's batch:
+DB boxes, crops, then the direction classifier and the recognizer as BLS requests (chunks of one width
+bucket and at most the model's batch, all sent at once with ``async_exec``), each batched by that model's
+own scheduler with other photos' chunks; the lines go back to their photo and request. A request whose
+inputs are unusable fails alone (INVALID_ARG); a failed BLS request fails the batch it served (INTERNAL).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from .. import model_config
+from ..tasks.base import rows
+from ..tasks.text_reading.task import TASK, TextReadingPostprocessor
+from .drift_metrics import DriftMetrics
+from .errors import triton_error
+
+
+class BlsModel:
+    """One model reached by BLS: a batch in, its one output out."""
+
+    def __init__(self, name: str, input_name: str, output_name: str) -> None:
+        self.name, self.input_name, self.output_name = name, input_name, output_name
+
+    async def __call__(self, batch: np.ndarray) -> np.ndarray:
+        request = pb_utils.InferenceRequest(
+            model_name=self.name,
+            inputs=[pb_utils.Tensor(self.input_name, np.ascontiguousarray(batch, dtype=np.float32))],
+            requested_output_names=[self.output_name],
+        )
+        response = await request.async_exec()
+        if response.has_error():
+            raise RuntimeError(f"{self.name}: {response.error().message()}")
+        return pb_utils.get_output_tensor_by_name(response, self.output_name).as_numpy()
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = model_config.config_from_triton_json(args["model_config"])
+        self.post = TextReadingPostprocessor(config, Path(args["model_repository"]))
+        self.post.use_stages({role: BlsModel(name, *self.post.stage_tensors[role]) for role, name in self.post.stage_models.items()})
+        self.drift = DriftMetrics(pb_utils, args, config, TASK.drift_features, counts_nonfinite=True)
+        pb_utils.Logger.log_info(
+            f"{config.name}: task {TASK.name}, {len(self.post.classes)} classes, BLS to {', '.join(self.post.stage_models.values())}"
+        )
+
+    def finalize(self):
+        self.drift.close()
+
+    def _parse(self, request):
+        named = {}
+        for name in self.post.input_names:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            named[name] = None if tensor is None else tensor.as_numpy()
+        for name in self.post.core_input_names:
+            value = named[name]
+            if value is not None:
+                self.drift.check_finite(value, name)
+        return self.post.parse(named)
+
+    async def execute(self, requests):
+        parsed: list[dict[str, np.ndarray]] = []
+        errors: list[Exception | None] = []
+        for request in requests:
+            try:
+                parsed.append(self._parse(request))
+                errors.append(None)
+            except Exception as bad_request:
+                errors.append(bad_request)
+        try:
+            result = await self.post.read(self.post.concatenate(parsed)) if parsed else None
+        except Exception as failure:  # a second stage failed: every request of the batch fails with it
+            pb_utils.Logger.log_error(f"text postprocess: {type(failure).__name__}: {failure}")
+            return [
+                pb_utils.InferenceResponse(error=triton_error(pb_utils, RuntimeError(str(failure)) if e is None else e)) for e in errors
+            ]
+        outputs = iter(result.split([rows(item["photos"]) for item in parsed]) if result is not None else [])
+        if result is not None:
+            self.drift.observe(result.features)
+        responses = []
+        for error in errors:
+            if error is not None:
+                responses.append(pb_utils.InferenceResponse(error=triton_error(pb_utils, error)))
+            else:
+                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, v) for n, v in next(outputs).items()]))
+        return responses
