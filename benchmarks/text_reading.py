@@ -140,3 +140,72 @@ def measure(repeats: int) -> list[dict[str, Any]]:
         row["total"] = row["preprocess"] + row["detector"] + postprocess
         rows.append({key: round(value, 2) if isinstance(value, float) else value for key, value in row.items()})
     return rows
+
+
+# --------------------------------------------------------------------------- a padded canvas instead of each photo's size
+
+# Canvases the detector's input could be padded to so that photos of different sizes batch together: each photo's
+# own size (what is served), the next multiples of 256, and fixed squares (a photo whose input is larger is left out).
+CANVASES = ("own size", "multiples of 256", "fixed 1280", "fixed 1536")
+
+
+def canvas_size(canvas: str, height: int, width: int) -> tuple[int, int] | None:
+    if canvas == "own size":
+        return height, width
+    if canvas == "multiples of 256":
+        return -(-height // 256) * 256, -(-width // 256) * 256
+    side = int(canvas.split()[1])
+    return (side, side) if height <= side and width <= side else None
+
+
+def canvas_costs() -> list[dict[str, Any]]:
+    """Per canvas, on the ``text`` upload mix: the detector's CPU ms and megapixels per photo, and how far the lines
+    read with the input padded (black, as RapidOCR's own vertical padding) agree with the served reading."""
+    from benchmarks import images
+    from vision_serving.tasks.text_reading import agreement
+    from vision_serving.tasks.text_reading.task import TextReadingResult
+
+    served = loaded.load(layout.pipeline("text_reader")).served(parameters={"intra_op_threads": "1"})
+    cv2.setNumThreads(1)
+    payloads = [payload.data for payload in images.text_payloads()]
+    prepared = [served.preprocessed([served.decode(data)]) for data in payloads]
+
+    def read(tensors: dict[str, np.ndarray], canvas: str) -> tuple[list[reader.Line] | None, float, int]:
+        pixels = np.asarray(tensors["det_input"])
+        height, width = pixels.shape[2:]
+        size = canvas_size(canvas, height, width)
+        if size is None:
+            return None, 0.0, 0
+        padded = np.full((1, 3, *size), -1.0, np.float32)
+        padded[:, :, :height, :width] = pixels
+        started = time.process_time()
+        (probability,) = served.core.run({"images": padded})
+        spent = (time.process_time() - started) * 1e3
+        result = served.postprocess({**tensors, "probability": probability[:, :, :height, :width]})
+        assert isinstance(result, TextReadingResult)
+        return result.lines[0], spent, size[0] * size[1]
+
+    reference = [read(tensors, "own size")[0] for tensors in prepared]
+    rows = []
+    for canvas in CANVASES:
+        counts, spent, pixels, photos_read = agreement.Agreement(), 0.0, 0, 0
+        for tensors, own in zip(prepared, reference):
+            lines, ms, area = read(tensors, canvas)
+            if lines is None or own is None:
+                continue
+            counts.add(own, lines)
+            spent, pixels, photos_read = spent + ms, pixels + area, photos_read + 1
+        rows.append(
+            {
+                "canvas": canvas,
+                "photos": photos_read,
+                "left_out": len(prepared) - photos_read,
+                "detector_ms": round(spent / max(photos_read, 1), 1),
+                "megapixels": round(pixels / max(photos_read, 1) / 1e6, 2),
+                "exact_lines": round(counts.exact_rate, 4),
+                "cer": round(counts.cer, 4),
+                "box_iou_mean": round(counts.mean_iou, 4),
+                "box_iou_min": round(counts.min_iou, 4),
+            }
+        )
+    return rows
