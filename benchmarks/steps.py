@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import CLASSIFIER, images, inprocess, report
+from benchmarks.cpu import cpu_ms
 from vision_serving import core_model, drift, image_codec, layout, model_config, preprocessing
 
 BENCHMARK = "steps"
@@ -60,17 +61,6 @@ RUNTIMES = {
     "openvino fp32": ("cpu_openvino_fp32", ()),
     "openvino int8": ("cpu_openvino_fp32", (("precision", "int8"),)),
 }
-
-
-def cpu_ms(function: Callable[[], object], count: int, repeats: int) -> float:
-    """CPU ms per item of ``function`` (which handles ``count`` items), best of ``repeats`` after a warm-up."""
-    function()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.process_time()
-        function()
-        best = min(best, time.process_time() - started)
-    return best * 1e3 / count
 
 
 def wall_and_cpu_ms(function: Callable[[], object], count: int, repeats: int) -> tuple[float, float]:

@@ -24,6 +24,7 @@ import cv2
 import numpy as np
 import onnxruntime
 
+from benchmarks.cpu import cpu_ms
 from builders import export, loaded, photos
 from vision_serving import image_codec, layout
 from vision_serving.tasks.text_reading import reader, steps
@@ -81,13 +82,8 @@ def _model(path: Path) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def _best(function: Callable[[], object], repeats: int) -> float:
-    function()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.process_time()
-        function()
-        best = min(best, time.process_time() - started)
-    return best * 1e3
+    """CPU ms of one call, best of ``repeats``."""
+    return cpu_ms(function, 1, repeats)
 
 
 def _preprocess(payload: np.ndarray) -> dict[str, np.ndarray]:

@@ -245,9 +245,7 @@ def render_markdown(record: dict[str, Any]) -> str:
         "| rung | result | checks |",
         "|---|---|---|",
     ]
-    for rung in record["rungs"]:
-        checks = "; ".join(f"{k} {c['value']:.4f} (min {c['min']})" for k, c in rung["checks"].items()) or "reference"
-        lines.append(f"| {rung['precision']} | {'pass' if rung['pass'] else 'fail'} | {checks} |")
+    lines += rung_rows(record["rungs"])
     for role, stage in record.get("stages", {}).items():
         lines += [
             "",
@@ -256,10 +254,17 @@ def render_markdown(record: dict[str, Any]) -> str:
             "| rung | result | checks |",
             "|---|---|---|",
         ]
-        for rung in stage["rungs"]:
-            checks = "; ".join(f"{k} {c['value']:.4f} (min {c['min']})" for k, c in rung["checks"].items()) or "reference"
-            lines.append(f"| {rung['precision']} | {'pass' if rung['pass'] else 'fail'} | {checks} |")
+        lines += rung_rows(stage["rungs"])
     return "\n".join(lines) + "\n"
+
+
+def rung_rows(rungs: list[dict[str, Any]]) -> list[str]:
+    """One table row per rung: its precision, verdict and each check."""
+    rows = []
+    for rung in rungs:
+        checks = "; ".join(f"{k} {c['value']:.4f} (min {c['min']})" for k, c in rung["checks"].items()) or "reference"
+        rows.append(f"| {rung['precision']} | {'pass' if rung['pass'] else 'fail'} | {checks} |")
+    return rows
 
 
 def add_arguments(parser: Any) -> None:

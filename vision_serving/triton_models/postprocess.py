@@ -15,9 +15,22 @@ import triton_python_backend_utils as pb_utils
 
 from .. import model_config
 from ..tasks import registry
-from ..tasks.base import rows
+from ..tasks.base import Postprocessor, rows
 from .base import BatchedModel
 from .drift_metrics import DriftMetrics
+
+
+def parse_request(request, post: Postprocessor, drift: DriftMetrics):
+    """One request's inputs by the postprocessor's roles, a non-finite core output refused (and counted), parsed."""
+    named = {}
+    for name in post.input_names:
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        named[name] = None if tensor is None else tensor.as_numpy()
+    for name in post.core_input_names:
+        value = named[name]
+        if value is not None:
+            drift.check_finite(value, name)
+    return post.parse(named)
 
 
 class TritonPythonModel(BatchedModel):
@@ -32,15 +45,7 @@ class TritonPythonModel(BatchedModel):
         self.drift.close()
 
     def _parse(self, request):
-        named = {}
-        for name in self.post.input_names:
-            tensor = pb_utils.get_input_tensor_by_name(request, name)
-            named[name] = None if tensor is None else tensor.as_numpy()
-        for name in self.post.core_input_names:
-            value = named[name]
-            if value is not None:
-                self.drift.check_finite(value, name)
-        return self.post.parse(named)
+        return parse_request(request, self.post, self.drift)
 
     def _compute(self, parsed):
         result = self.post.run(self.post.concatenate(parsed))

@@ -20,6 +20,7 @@ from ..tasks.base import rows
 from ..tasks.text_reading.task import TASK, TextReadingPostprocessor
 from .drift_metrics import DriftMetrics
 from .errors import triton_error
+from .postprocess import parse_request
 
 
 class BlsModel:
@@ -54,15 +55,7 @@ class TritonPythonModel:
         self.drift.close()
 
     def _parse(self, request):
-        named = {}
-        for name in self.post.input_names:
-            tensor = pb_utils.get_input_tensor_by_name(request, name)
-            named[name] = None if tensor is None else tensor.as_numpy()
-        for name in self.post.core_input_names:
-            value = named[name]
-            if value is not None:
-                self.drift.check_finite(value, name)
-        return self.post.parse(named)
+        return parse_request(request, self.post, self.drift)
 
     async def execute(self, requests):
         parsed: list[dict[str, np.ndarray]] = []
