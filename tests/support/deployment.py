@@ -115,6 +115,7 @@ ADMIN_KEY = "test-admin-key"
 
 
 DRIFT_BATCH = 8  # images per request while filling the drift windows (every ensemble takes at least 16)
+DRIFT_CONCURRENCY = 4  # requests in flight per pipeline while filling them
 
 
 def ensure_deploy_env() -> Path:
