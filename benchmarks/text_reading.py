@@ -24,7 +24,7 @@ import cv2
 import numpy as np
 import onnxruntime
 
-from benchmarks.cpu import cpu_ms
+from benchmarks.cpu import TimedStage, cpu_ms
 from builders import export, loaded, photos
 from vision_serving import image_codec, layout
 from vision_serving.tasks.text_reading import reader, steps
@@ -90,21 +90,6 @@ def _preprocess(payload: np.ndarray) -> dict[str, np.ndarray]:
     return steps.preprocess_outputs(steps.prepare_request(payload, LIMITS, DEFAULT.detection))
 
 
-class Timed:
-    """A model as a BLS stage, adding the CPU time of its calls to ``ms`` (the awaits never suspend here,
-    so the calls run one after the other in this thread)."""
-
-    def __init__(self, model: Callable[[np.ndarray], np.ndarray]) -> None:
-        self.model, self.ms, self.crops = model, 0.0, 0
-
-    async def __call__(self, batch: np.ndarray) -> np.ndarray:
-        started = time.process_time()
-        output = self.model(batch)
-        self.ms += (time.process_time() - started) * 1e3
-        self.crops += len(batch)
-        return output
-
-
 def measure(repeats: int) -> list[dict[str, Any]]:
     """One row per line count: CPU ms per photo of each step, and the lines found and read."""
     paths, classes = pipeline_models()
@@ -117,11 +102,11 @@ def measure(repeats: int) -> list[dict[str, Any]]:
         probability = models["detector"](prepared[0].tensor[np.newaxis])
         passes = []
         for _ in range(repeats + 1):  # the first is the warm-up
-            classifier, recognizer = Timed(models["classifier"]), Timed(models["recognizer"])
+            classifier, recognizer = TimedStage(models["classifier"]), TimedStage(models["recognizer"])
             stages = reader.Stages(classifier, CROP_BATCH, recognizer, CROP_BATCH)
             started = time.process_time()
             lines = asyncio.run(reader.read_batch(prepared, [probability], stages, classes))
-            passes.append(((time.process_time() - started) * 1e3, classifier.ms, recognizer.ms, classifier.crops, len(lines[0])))
+            passes.append(((time.process_time() - started) * 1e3, classifier.ms, recognizer.ms, classifier.items, len(lines[0])))
         postprocess, classifier_ms, recognizer_ms, crops, read = min(passes[1:])
         row = {
             "lines_drawn": count,

@@ -10,14 +10,17 @@ and Triton's own work around them. The planner's inputs, measured on the machine
 ``--measure`` and recorded with its CPU model and flags (``benchmarks/results/capacity.json``):
 
 - **step costs**: CPU ms per image of the served decode, preprocessing (resize, crop, layout) and
-  postprocessing, and the drift statistics the configs enable, one thread (as each sized worker
+  postprocessing (its own code: the second-stage models a two-stage pipeline's postprocess calls run on
+  the GPU like the core), and the drift statistics the configs enable, one thread (as each sized worker
   runs), per upload kind (thumbnail, web, 12 MP phone photos: ``benchmarks/images.py``), through the
   served code (``benchmarks.steps.served_costs``, the per-step costs of ``python -m benchmarks.steps``);
 - **serving overhead**: the local tritonserver under load (web photos, one per gRPC request), its
   own process and each preprocess/postprocess instance's CPU per request, minus the same steps
-  in-process: gRPC, the ensemble scheduler, the Python backend's shared-memory hand-over. The core's
-  own CPU is left out (on the GPU it is TensorRT's launch cost);
-- **memory**: resident memory of each Python step's instance after the load (the largest seen).
+  in-process: gRPC, the ensemble scheduler, the Python backend's shared-memory hand-over (and a
+  postprocess's BLS requests to its second stages). The cores' own CPU is left out (on the GPU it is
+  TensorRT's launch cost);
+- **memory**: resident memory of each Python step's instance after the load (the largest seen), less
+  the shared memory the tensors travel through (the pod's /dev/shm volume, counted once).
 
 Planning, for ``--utilization`` U of each vCPU (headroom for bursts and the kernel, default 0.7):
 ``images/s per vCPU = U x 1000 / (step ms + overhead ms)``; a pod with V vCPUs and one GPU serves
@@ -206,6 +209,18 @@ def step_costs(pipeline: layout.Pipeline, repeats: int) -> dict[str, dict[str, f
     return {kind: steps.served_costs(served, [p.data for p in images.upload_mix(kind)], repeats, core=False) for kind in KINDS}
 
 
+def resident_kib(status: str) -> int:
+    """A process's resident memory from its ``/proc/PID/status``, less its shared memory (``RssShmem``): the
+    Python backend's tensors travel through regions in /dev/shm that the server and each stub both map, and
+    the pod counts them once, as its /dev/shm volume (``VmRSS`` where the kernel gives no split)."""
+    fields = {
+        line.split(":")[0]: int(line.split()[1]) for line in status.splitlines() if line.startswith(("VmRSS:", "RssAnon:", "RssFile:"))
+    }
+    if "RssAnon" in fields and "RssFile" in fields:
+        return fields["RssAnon"] + fields["RssFile"]
+    return fields.get("VmRSS", 0)
+
+
 def _processes(root: int) -> dict[int, tuple[str, float, int]]:
     """``root``'s children: pid -> (model name or "", CPU seconds, resident KiB)."""
     found = {}
@@ -223,8 +238,7 @@ def _processes(root: int) -> dict[int, tuple[str, float, int]]:
         if pid != root and int(fields[1]) != root:
             continue
         model = Path(command[1].decode()).parent.parent.name if len(command) > 1 and command[1].endswith(b"model.py") else ""
-        rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-        found[pid] = (model, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), rss)
+        found[pid] = (model, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), resident_kib(status))
     return found
 
 

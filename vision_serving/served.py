@@ -75,10 +75,14 @@ class StageCore:
     def __init__(self, config: ModelConfig, core: core_model.Core) -> None:
         self.config, self.core = config, core
 
-    async def infer(self, batch: np.ndarray) -> np.ndarray:
+    def run(self, batch: np.ndarray) -> np.ndarray:
         if len(batch) > self.config.max_batch_size:
             raise ValueError(f"model '{self.config.name}': {len(batch)} inputs, more than its max_batch_size {self.config.max_batch_size}")
         return self.core.run({self.core.input_names[0]: batch})[0]
+
+    async def infer(self, batch: np.ndarray) -> np.ndarray:
+        """:meth:`run` as the postprocess awaits a BLS request (in this process it never suspends)."""
+        return self.run(batch)
 
 
 def stage_core(

@@ -18,6 +18,7 @@ from .drift_metrics import DriftMetrics
 class TritonPythonModel(BatchedModel):
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
+        preprocessing.set_threads(model_config.int_parameter(config, "opencv_threads", 0))
         self.limits = preprocessing.limits_from_config(config)
         self.input_name = model_config.only_tensor(config, "input").name
         self.max_side = preprocessors.max_detector_side(config)

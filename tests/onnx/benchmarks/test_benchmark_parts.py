@@ -9,8 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import CLASSIFIER, images, inprocess, report, steps, whatif
-from vision_serving import model_config
+from benchmarks import CLASSIFIER, images, inprocess, report, steps, text_reading, whatif
+from benchmarks.cpu import cpu_ms
+from vision_serving import layout, model_config
 from vision_serving.pipeline_configs import PipelineConfigs
 from vision_serving.served import ServedPipeline
 
@@ -67,6 +68,20 @@ def test_steps_writes_one_result(tmp_path, built_repository):
         assert row["total"] >= row["decode"] + row["preprocess"] + row["core"]
     assert len(report.rows(result, "detection")) == 9
     assert (tmp_path / "steps.md").read_text() == report.markdown(result)
+
+
+def test_a_two_stage_pipelines_postprocess_costs_leave_its_second_stages_apart(built_repository):
+    """The text reader's postprocess calls its classifier and recognizer: on a GPU those are TensorRT plans like the
+    core, so the CPU steps (what the capacity planner sizes pods by) are the postprocess's own code."""
+    served = inprocess.load(layout.pipeline("text_reader"), inprocess.Variant(threads=1))
+    payloads = [text_reading.photo_with_lines(5)]
+    costs = steps.served_costs(served, payloads, 1)
+    assert costs["core"] > 0 and costs["stages"] > 0
+    answered = served.with_core(served.preprocessed([served.decode(payloads[0])]))
+    with_stages = cpu_ms(lambda: served.postprocess(answered).outputs(), 1, 3)
+    assert costs["postprocess"] < with_stages - 0.5 * costs["stages"]
+    planned = steps.served_costs(served, payloads, 1, core=False)
+    assert {"core", "stages"}.isdisjoint(planned) and planned["postprocess"] < with_stages - 0.5 * costs["stages"]
 
 
 def test_whatif_decode_gate_and_config_edits(tmp_path, built_repository):

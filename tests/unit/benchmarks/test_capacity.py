@@ -77,3 +77,9 @@ def test_the_command_prints_the_plan_and_the_table(tmp_path, capsys):
     assert out.count("| p |") == len(capacity.MIXES)
     assert capacity.main(["--costs", str(tmp_path / "missing.json")]) == 2
     assert "run `python -m devtools.capacity --measure`" in capsys.readouterr().err
+
+
+def test_resident_memory_leaves_out_the_shared_memory_the_tensors_travel_through():
+    status = "Name:\ttritonserver\nVmRSS:\t  982344 kB\nRssAnon:\t  120000 kB\nRssFile:\t   15000 kB\nRssShmem:\t  847344 kB\n"
+    assert capacity.resident_kib(status) == 135000
+    assert capacity.resident_kib("Name:\told\nVmRSS:\t  4096 kB\n") == 4096  # a kernel without the split
