@@ -15,7 +15,13 @@ Config parameters (all optional but the model: ``precision`` or ``onnx_file``, s
 - ``inference_threads``: OpenVINO's ``INFERENCE_NUM_THREADS`` (default 1: several
   single-threaded instances keep every thread busy instead of waking idle ones per layer);
 - ``cpu_pinning``: ``true``/``false`` (default false: Triton runs several instances, each
-  with its own OpenVINO core, and pinning would put their threads on the same first cores).
+  with its own OpenVINO core, and pinning would put their threads on the same first cores);
+- ``inference_precision``: ``f32`` (default), ``bf16`` or ``f16`` (OpenVINO's
+  ``INFERENCE_PRECISION_HINT``). The CPU plugin's own default is bf16 wherever the CPU computes it
+  natively (AVX-512 BF16, AMX): there a config named FP32 would compute in bf16 and its answers would
+  change with the node a pod lands on (the classifier's logits moved by up to 0.48 of 6.65 on an
+  AVX-512 BF16 EPYC). The model file says the precision (FP32, FP16 tensors, Q/DQ); this says how the
+  CPU computes it, f32 unless a config chooses otherwise.
 
 OpenVINO's CPU threads block between inferences (TBB arenas, condition waits); the inference
 call blocks the Python model instance's thread until its outputs are ready.
@@ -33,6 +39,7 @@ import openvino as ov
 from . import core_model, model_config
 
 PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT")
+INFERENCE_PRECISIONS = ("f32", "bf16", "f16")
 _STREAM_KEYWORDS = ("AUTO", "NUMA")
 _BOOLEANS = {"true": True, "false": False}
 
@@ -51,7 +58,11 @@ def compile_properties(config: model_config.ModelConfig) -> dict[str, Any]:
     pinning = model_config.parameter(config, "cpu_pinning", "false").lower()
     if pinning not in _BOOLEANS:
         raise model_config.ConfigError(f"model '{config.name}': cpu_pinning {pinning!r} is not true or false")
+    precision = model_config.parameter(config, "inference_precision", "f32").lower()
+    if precision not in INFERENCE_PRECISIONS:
+        raise model_config.ConfigError(f"model '{config.name}': inference_precision {precision!r} is not one of {INFERENCE_PRECISIONS}")
     return {
+        "INFERENCE_PRECISION_HINT": precision,
         "PERFORMANCE_HINT": hint,
         "NUM_STREAMS": streams,
         "INFERENCE_NUM_THREADS": threads,

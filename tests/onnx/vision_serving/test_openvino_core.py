@@ -49,6 +49,8 @@ def test_openvino_matches_onnxruntime_fp32(openvino_config):
     assert got.shape == (3, *openvino_config.output[0].dims)
     assert np.abs(got - expected).max() < 1e-2 * np.abs(expected).max()
     assert np.array_equal(got.argmax(axis=1), expected.argmax(axis=1))
+    # f32 on every CPU: the plugin's own default is bf16 where the CPU has it (AVX-512 BF16, AMX).
+    assert openvino.compiled.get_property("INFERENCE_PRECISION_HINT").to_string() == "f32"
 
 
 def pooled_model(path, input_name: str, output_name: str) -> None:
@@ -102,6 +104,7 @@ def test_served_precision_resolves_through_the_ladders_record(tmp_path, openvino
         ("performance_hint", "FASTEST", "performance_hint"),
         ("num_streams", "-1", "num_streams"),
         ("cpu_pinning", "maybe", "cpu_pinning"),
+        ("inference_precision", "fp8", "inference_precision"),
         ("runtime", "tvm", "runtime"),
         ("precision", "int4", "precision"),
     ],
