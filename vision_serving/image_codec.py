@@ -319,11 +319,17 @@ class Checked:
 
 @dataclass(frozen=True)
 class MinimumSize:
-    """The smallest decoded image (as displayed, after EXIF orientation) the following resize needs."""
+    """The smallest decoded image (as displayed, after EXIF orientation) the following resize needs.
+
+    ``width``, ``height``, ``shorter_side``: each side at least that; ``fit_width`` x ``fit_height``: the
+    image fitted inside that box keeping its aspect ratio (a letterbox) at least fills it along one side,
+    the side its aspect ratio makes it touch first."""
 
     width: int = 0
     height: int = 0
     shorter_side: int = 0
+    fit_width: int = 0
+    fit_height: int = 0
 
 
 @dataclass(frozen=True)
@@ -427,6 +433,13 @@ def _stored_minimum(checked: Checked, minimum: MinimumSize, transposed: bool) ->
         min_width = max(min_width, minimum.shorter_side)
     else:
         min_height = max(min_height, minimum.shorter_side)
+    if minimum.fit_width > 0 and minimum.fit_height > 0:
+        fit_width, fit_height = (minimum.fit_height, minimum.fit_width) if transposed else (minimum.fit_width, minimum.fit_height)
+        # The side whose ratio to the box is the larger one touches the box first: it alone binds.
+        if checked.width * fit_height >= checked.height * fit_width:
+            min_width = max(min_width, fit_width)
+        else:
+            min_height = max(min_height, fit_height)
     return min(min_width, checked.width), min(min_height, checked.height)
 
 

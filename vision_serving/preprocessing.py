@@ -267,7 +267,26 @@ def _crop_origin(new_width: int, new_height: int, crop_width: int, crop_height: 
     return round((new_width - crop_width) / 2.0), round((new_height - crop_height) / 2.0)
 
 
-def stretch(image: np.ndarray, width: int, height: int, interpolation: int, out: np.ndarray | None = None) -> np.ndarray:
+def source_scale(image: np.ndarray, size: tuple[int, int] | None) -> tuple[float, float]:
+    """(x, y) scale of ``image``, a decode of a photo of ``size`` (height, width; None: the photo itself).
+
+    A JPEG reduced at DCT scale ``n/8`` is ``ceil(side x n / 8)`` pixels a side: the scale is that ``n/8``
+    exactly when it explains both sides, else the ratio of the sides (another decoder's reduction)."""
+    if size is None:
+        return 1.0, 1.0
+    height, width = image.shape[:2]
+    photo_height, photo_width = int(size[0]), int(size[1])
+    if (height, width) == (photo_height, photo_width):
+        return 1.0, 1.0
+    for eighths in range(1, 8):
+        if (-(-photo_width * eighths // 8), -(-photo_height * eighths // 8)) == (width, height):
+            return eighths / 8.0, eighths / 8.0
+    return width / photo_width, height / photo_height
+
+
+def stretch(
+    image: np.ndarray, width: int, height: int, interpolation: int, out: np.ndarray | None = None, size: tuple[int, int] | None = None
+) -> np.ndarray:
     """The whole image onto a width x height grid, as MediaPipe's ImageToTensorCalculator (CPU) does it
     with ``keep_aspect_ratio: false``: the region of interest is the whole image.
 
@@ -275,21 +294,27 @@ def stretch(image: np.ndarray, width: int, height: int, interpolation: int, out:
     region's corners onto the tensor's corners with ``cv::getPerspectiveTransform``
     (float32 corner points) and samples with ``cv::warpPerspective`` (border
     constant 0): corner-aligned, unlike ``cv2.resize``'s half-pixel centres
-    (:func:`vision_serving.image_to_tensor.warp_roi`).
+    (:func:`vision_serving.image_to_tensor.warp_roi`). ``size``: the photo's (height, width) when
+    ``image`` is a reduced decode of it (the same points of the photo are sampled).
     """
-    return image_to_tensor.warp_roi(image, image_to_tensor.full_image_roi(image), width, height, interpolation, out)
+    photo_height, photo_width = size if size is not None else image.shape[:2]
+    roi = (0.0, 0.0, float(photo_width), float(photo_height))
+    return image_to_tensor.warp_roi(image, roi, width, height, interpolation, out, source_scale(image, size))
 
 
-def letterbox(image: np.ndarray, width: int, height: int, interpolation: int, out: np.ndarray | None = None) -> np.ndarray:
+def letterbox(
+    image: np.ndarray, width: int, height: int, interpolation: int, out: np.ndarray | None = None, size: tuple[int, int] | None = None
+) -> np.ndarray:
     """The whole image onto a width x height grid keeping its aspect ratio, as ImageToTensorCalculator
     (CPU) does it with ``keep_aspect_ratio: true`` and ``BORDER_ZERO``.
 
     The region of interest is the image padded to the grid's aspect ratio, centred
     (``GetRoi`` + ``PadRoi``: :func:`vision_serving.image_to_tensor.letterbox_roi`); the bars
-    are zero pixels.
+    are zero pixels. ``size``: the photo's (height, width) when ``image`` is a reduced decode of it.
     """
-    roi = image_to_tensor.letterbox_roi(image.shape[0], image.shape[1], height, width)
-    return image_to_tensor.warp_roi(image, roi, width, height, interpolation, out)
+    photo_height, photo_width = size if size is not None else image.shape[:2]
+    roi = image_to_tensor.letterbox_roi(photo_height, photo_width, height, width)
+    return image_to_tensor.warp_roi(image, roi, width, height, interpolation, out, source_scale(image, size))
 
 
 @dataclass(frozen=True)
@@ -313,11 +338,20 @@ class YoloLetterbox:
 
 
 def yolo_letterbox(
-    image: np.ndarray, width: int, height: int, interpolation: int, pad_value: int = YOLO_PAD_VALUE, out: np.ndarray | None = None
+    image: np.ndarray,
+    width: int,
+    height: int,
+    interpolation: int,
+    pad_value: int = YOLO_PAD_VALUE,
+    out: np.ndarray | None = None,
+    size: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """Ultralytics' ``LetterBox`` onto a width x height grid: ``cv2.resize`` (when the size changes) to
-    the rounded fit, then constant padding, split as :class:`YoloLetterbox` rounds it."""
-    geometry = YoloLetterbox.of(image.shape[0], image.shape[1], height, width)
+    the rounded fit, then constant padding, split as :class:`YoloLetterbox` rounds it. ``size``: the
+    photo's (height, width) when ``image`` is a reduced decode of it (the geometry is the photo's;
+    ``cv2.resize``'s half-pixel centres sample the same points of the photo at any scale)."""
+    photo_height, photo_width = size if size is not None else image.shape[:2]
+    geometry = YoloLetterbox.of(photo_height, photo_width, height, width)
     if out is None:
         out = np.empty((height, width, image.shape[2]), dtype=image.dtype)
     out[...] = pad_value
@@ -369,19 +403,23 @@ def _center_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None
     return warped
 
 
-def resize_and_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
+def resize_and_crop(
+    image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None, size: tuple[int, int] | None = None
+) -> np.ndarray:
     """HxWx3 uint8 -> height x width x 3 uint8 as the spec's resize mode computes it.
 
     ``out``, a C-contiguous height x width x 3 uint8 array, receives the result
-    (no intermediate copy on the warp paths).
+    (no intermediate copy on the warp paths). ``size``: the photo's (height, width) when ``image``
+    is a reduced decode of it (:func:`decode_minimum`): ``stretch``, ``letterbox`` and
+    ``yolo_letterbox`` keep the photo's geometry; ``center_crop`` scales the image it is given.
     """
     interpolation = INTERPOLATIONS[spec.interpolation]
     if spec.resize == "stretch":
-        return stretch(image, spec.width, spec.height, interpolation, out)
+        return stretch(image, spec.width, spec.height, interpolation, out, size)
     if spec.resize == "letterbox":
-        return letterbox(image, spec.width, spec.height, interpolation, out)
+        return letterbox(image, spec.width, spec.height, interpolation, out, size)
     if spec.resize == "yolo_letterbox":
-        return yolo_letterbox(image, spec.width, spec.height, interpolation, spec.pad_value, out)
+        return yolo_letterbox(image, spec.width, spec.height, interpolation, spec.pad_value, out, size)
     return _center_crop(image, spec, out)
 
 
@@ -465,30 +503,57 @@ def normalize_batch(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | N
     return out
 
 
-def preprocess_batch(images: Sequence[np.ndarray], spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:
+def preprocess_batch(
+    images: Sequence[np.ndarray], spec: PreprocessSpec, out: np.ndarray | None = None, sizes: np.ndarray | None = None
+) -> np.ndarray:
     """Decoded RGB uint8 images of any sizes -> one model-input batch, float32 or uint8 as the spec says (written
-    into ``out`` if given)."""
+    into ``out`` if given). ``sizes``: [N, 2] (height, width) of the photos when the images are reduced
+    decodes of them (:func:`original_sizes`)."""
     crops = np.empty((len(images), spec.height, spec.width, 3), dtype=np.uint8)
     for index, image in enumerate(images):
-        resize_and_crop(image, spec, out=crops[index])
+        size = None if sizes is None else (int(sizes[index][0]), int(sizes[index][1]))
+        resize_and_crop(image, spec, out=crops[index], size=size)
     return normalize_batch(crops, spec, out=out)
 
 
-def decode_minimum(spec: PreprocessSpec) -> MinimumSize | None:
-    """The smallest decoded image the spec's resize needs, so that it is still a downscale
-    (JPEGs are decoded at the smallest DCT scale that keeps it: :func:`vision_serving.image_codec.decode`):
-    ``center_crop``, a shorter side of at least ``decode_oversampling`` x ``resize_shorter_side``
-    (config parameter, default 2: web-size photos still decode at full size, so answers do not
-    move; a 12 MP phone photo decodes at 1/4 scale, about 4x cheaper; 0 turns reduced decoding off).
+def preprocess_outputs(decoded: Sequence[Decoded], spec: PreprocessSpec, outputs: PreprocessOutputs) -> dict[str, np.ndarray]:
+    """Decoded uploads (reduced or not) -> the preprocess model's outputs by their names: the model-input
+    batch (:func:`preprocess_batch` at the photos' sizes) and, where the config declares them, the photos'
+    sizes and tensor transforms. The one place the served preprocess and the in-process pipeline build them."""
+    sizes = original_sizes(decoded)
+    tensors = {outputs.pixels: preprocess_batch([item.image for item in decoded], spec, sizes=sizes)}
+    if outputs.image_size is not None:
+        tensors[outputs.image_size] = sizes
+    if outputs.transform is not None:
+        tensors[outputs.transform] = tensor_transforms(sizes, spec)
+    return tensors
 
-    None (full decode) for the exact modes (``stretch``, ``letterbox``, ``yolo_letterbox``): their
-    references resize the full image without anti-aliasing, which is not scale-invariant (MediaPipe's
-    corner-aligned warp shifts its samples by (s-1)/2 original pixels at scale 1/s); decoding reduced
-    moved the person_segmenter's served masks to mean IoU 0.888 against FP32 on the ladder's
-    held-out images (gate 0.95)."""
-    if spec.resize == "center_crop" and spec.decode_oversampling > 0:
-        return MinimumSize(shorter_side=math.ceil(spec.resize_shorter_side * spec.decode_oversampling))
-    return None
+
+def decode_minimum(spec: PreprocessSpec) -> MinimumSize | None:
+    """The smallest decoded image the spec's resize needs, ``decode_oversampling`` (config parameter,
+    default 2; 0 turns reduced decoding off: every photo decoded at its full size) times what the resize
+    keeps of it, so that the resize is still a downscale. JPEGs are decoded at the smallest DCT scale n/8
+    that keeps it (:func:`vision_serving.image_codec.decode`):
+
+    - ``center_crop``: a shorter side of at least that many times ``resize_shorter_side`` (web-size
+      photos decode at full size; a 12 MP phone photo for a 256-pixel resize at 1/4);
+    - ``stretch``: each side at least that many times the tensor's;
+    - ``letterbox``, ``yolo_letterbox``: the photo fitted into that many times the tensor (its longer
+      side relative to the tensor binds).
+
+    The warps and Ultralytics' resize then sample the reduced image at the photo's own coordinates
+    (:func:`resize_and_crop` with the photo's size): each sample is a box average of the photo's
+    pixels instead of one of them, the geometry unchanged. docs/design.md ("Reduced JPEG decoding")
+    gives what this moves against the full decode, measured per pipeline."""
+    if spec.decode_oversampling <= 0:
+        return None
+    factor = spec.decode_oversampling
+    if spec.resize == "center_crop":
+        return MinimumSize(shorter_side=math.ceil(spec.resize_shorter_side * factor))
+    width, height = math.ceil(spec.width * factor), math.ceil(spec.height * factor)
+    if spec.resize == "stretch":
+        return MinimumSize(width=width, height=height)
+    return MinimumSize(fit_width=width, fit_height=height)
 
 
 def decode_payloads(payloads: np.ndarray, limits: ImageLimits, minimum: MinimumSize | None = None) -> list[Decoded]:

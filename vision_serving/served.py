@@ -70,32 +70,44 @@ def with_parameters(source: ModelConfig, parameters: Mapping[str, str] | None) -
 
 
 class StageCore:
-    """A second-stage model of a pipeline (one its postprocess calls) as a CPU core in this process."""
+    """A second-stage model of a pipeline (one its postprocess calls) as a CPU core in this process: its
+    outputs ``output_names`` (all of them, by default), in that order."""
 
-    def __init__(self, config: ModelConfig, core: core_model.Core) -> None:
+    def __init__(self, config: ModelConfig, core: core_model.Core, output_names: Sequence[str] | None = None) -> None:
         self.config, self.core = config, core
+        names = list(output_names or core.output_names)
+        unknown = [name for name in names if name not in core.output_names]
+        if unknown:
+            raise ConfigError(f"model '{config.name}' has no output {', '.join(unknown)}")
+        self.positions = [core.output_names.index(name) for name in names]
 
-    def run(self, batch: np.ndarray) -> np.ndarray:
+    def run(self, batch: np.ndarray) -> tuple[np.ndarray, ...]:
         if len(batch) > self.config.max_batch_size:
             raise ValueError(f"model '{self.config.name}': {len(batch)} inputs, more than its max_batch_size {self.config.max_batch_size}")
-        return self.core.run({self.core.input_names[0]: batch})[0]
+        outputs = self.core.run({self.core.input_names[0]: batch})
+        return tuple(outputs[position] for position in self.positions)
 
-    async def infer(self, batch: np.ndarray) -> np.ndarray:
+    async def infer(self, batch: np.ndarray) -> tuple[np.ndarray, ...]:
         """:meth:`run` as the postprocess awaits a BLS request (in this process it never suspends)."""
         return self.run(batch)
 
 
 def stage_core(
-    configs: PipelineConfigs, name: str, variant: str = SERVED_CORE_CONFIG, parameters: Mapping[str, str] | None = None
+    configs: PipelineConfigs,
+    name: str,
+    variant: str = SERVED_CORE_CONFIG,
+    parameters: Mapping[str, str] | None = None,
+    output_names: Sequence[str] | None = None,
 ) -> StageCore:
     """The model ``name`` of the pipeline's folder with its ``configs/<variant>.pbtxt`` (config.pbtxt when it has
-    none), its parameters overridden as :func:`core_config` overrides the core's."""
+    none), its parameters overridden as :func:`core_config` overrides the core's; ``output_names``: the outputs
+    it gives (all, by default)."""
     folder = configs.layout.repository / name
     if not (folder / "config.pbtxt").is_file():
         raise ConfigError(f"model '{configs.postprocess.name}' calls '{name}', which is not a model of {configs.layout.repository}")
     variant_config = model_config.load_config(folder, variant if (folder / "configs" / f"{variant}.pbtxt").is_file() else None)
     config = with_parameters(variant_config, parameters)
-    return StageCore(config, cpu_core.load(config, folder / str(configs.layout.core_version_dir.name)))
+    return StageCore(config, cpu_core.load(config, folder / str(configs.layout.core_version_dir.name)), output_names)
 
 
 class ServedInputs:
@@ -139,13 +151,7 @@ class ServedInputs:
         if self.custom is not None:
             return self.custom(decoded)
         assert self.outputs is not None
-        sizes = preprocessing.original_sizes(decoded)
-        tensors = {self.outputs.pixels: preprocessing.preprocess_batch([item.image for item in decoded], self.spec)}
-        if self.outputs.image_size is not None:
-            tensors[self.outputs.image_size] = sizes
-        if self.outputs.transform is not None:
-            tensors[self.outputs.transform] = preprocessing.tensor_transforms(sizes, self.spec)
-        return tensors
+        return preprocessing.preprocess_outputs(decoded, self.spec, self.outputs)
 
     def preprocessed(
         self, decoded: Sequence[image_codec.Decoded], request: Mapping[str, np.ndarray] | None = None
@@ -189,8 +195,10 @@ class ServedPipeline(ServedInputs):
         unknown = sorted(set(overrides) - set(self.postprocessor.stage_models))
         if unknown:
             raise ConfigError(f"model '{configs.postprocess.name}' calls no {', '.join(unknown)} model")
+        tensors = self.postprocessor.stage_tensors
         self.stage_cores = {
-            role: stage_core(configs, name, variant, overrides.get(role)) for role, name in self.postprocessor.stage_models.items()
+            role: stage_core(configs, name, variant, overrides.get(role), tensors[role][1] if role in tensors else None)
+            for role, name in self.postprocessor.stage_models.items()
         }
         if self.stage_cores:
             self.postprocessor.use_stages({role: stage.infer for role, stage in self.stage_cores.items()})

@@ -468,6 +468,9 @@ def _preprocess_config(header: str, name: str, model: YoloModel, max_batch: int)
             "resize": "yolo_letterbox",
             "interpolation": "bilinear",
             "pad_value": "114",
+            # Every photo decoded at its full size: Ultralytics' predictor's answer exactly. A 640-pixel model keeps
+            # most of a photo's pixels anyway; "2" decodes a 12 MP JPEG at 3/8 (about 20 % less decode time).
+            "decode_oversampling": "0",
             "mean": "0,0,0",
             "std": "255,255,255",
             "accepted_formats": "jpeg,png,webp",

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from .. import cpu_sizing, drift, model_config, preprocessing
 from .base import BatchedModel
-from .batching import split_rows
 from .drift_metrics import DriftMetrics
 from .errors import triton_error
 
@@ -43,27 +41,19 @@ class TritonPythonModel(BatchedModel):
     def _parse(self, request):
         payloads = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
         decoded = preprocessing.decode_payloads(payloads, self.limits, self.minimum)
-        pixels = preprocessing.preprocess_batch([item.image for item in decoded], self.spec)
-        return (decoded, pixels, *drift.payload_facts(payloads.reshape(-1)))
+        return decoded, preprocessing.preprocess_outputs(decoded, self.spec, self.outputs), *drift.payload_facts(payloads.reshape(-1))
 
     def _compute(self, parsed):
         items = [item for decoded, _, _, _ in parsed for item in decoded]
-        counts = [len(decoded) for decoded, _, _, _ in parsed]
-        images = [item.image for item in items]
-        # The photos' own sizes (postprocessing maps results back to them), not the reduced decode's.
-        original = preprocessing.original_sizes(items)
-        outputs = {self.outputs.pixels: np.concatenate([pixels for _, pixels, _, _ in parsed])}
-        if self.outputs.image_size is not None:
-            outputs[self.outputs.image_size] = original
-        if self.outputs.transform is not None:
-            outputs[self.outputs.transform] = preprocessing.tensor_transforms(original, self.spec)
         self.drift.observe(
             lambda: drift.image_features(
-                images, original, [n for _, _, sizes, _ in parsed for n in sizes], [f for _, _, _, formats in parsed for f in formats]
+                [item.image for item in items],
+                preprocessing.original_sizes(items),
+                [n for _, _, sizes, _ in parsed for n in sizes],
+                [f for _, _, _, formats in parsed for f in formats],
             )
         )
-        split = {name: split_rows(value, counts) for name, value in outputs.items()}
-        return [{name: parts[index] for name, parts in split.items()} for index in range(len(parsed))]
+        return [outputs for _, outputs, _, _ in parsed]
 
     def _respond(self, outputs):
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(name, value) for name, value in outputs.items()])

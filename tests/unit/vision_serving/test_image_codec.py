@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
 
@@ -193,35 +194,50 @@ def test_12mp_jpeg_decodes_reduced_but_never_below_the_minimum(jpeg_12mp):
 
 
 @pytest.mark.parametrize(
-    "resize, size, interpolation", [("center_crop", 224, "bicubic"), ("stretch", 256, "bilinear"), ("letterbox", 128, "bilinear")]
+    "resize, size, interpolation, expected",
+    [
+        ("center_crop", 224, "bicubic", (750, 1000)),  # the shorter side >= 2 x 256: 1/4
+        ("stretch", 256, "bilinear", (750, 1000)),  # both sides >= 2 x 256: 1/4
+        ("letterbox", 128, "bilinear", (375, 500)),  # fitted into 2 x 128, the width binds: 1/8
+        ("yolo_letterbox", 320, "bilinear", (750, 1000)),  # fitted into 2 x 320: 1/4
+    ],
 )
-def test_reduced_decode_then_resize_stays_close_to_full_decode(jpeg_12mp, resize, size, interpolation):
-    """The model's uint8 input from a 12 MP JPEG decoded at 1/8, against full decodes.
+def test_reduced_decode_then_resize_stays_close_to_full_decode(jpeg_12mp, resize, size, interpolation, expected):
+    """The model's uint8 input from a 12 MP JPEG decoded reduced (decode_oversampling 2), against its full decode.
 
-    Measured (mean |diff| of 255): center_crop 0.99 against the full decode. stretch/letterbox:
-    0.33/0.25 against the full decode area-downscaled to the same size, but 8.4/6.3 against the
-    full decode itself: MediaPipe's corner-aligned warp point-samples the 12 MP image and its
-    corner convention is not scale-invariant (a shift of (8-1)/2 = 3.5 original pixels at 1/8).
-    """
+    The warps sample the reduced image at the photo's own coordinates: a reduced pixel averages the photo's
+    pixels around the same point. Without the photo's size (the reduced image taken as the photo) MediaPipe's
+    corner-aligned warp would shift every sample by (s - 1) / 2 photo pixels at scale 1/s."""
     spec = PreprocessSpec(
         height=size,
         width=size,
-        resize_shorter_side=256 if resize == "center_crop" else size,
+        resize_shorter_side=256 if resize == "center_crop" else 0,
         interpolation=interpolation,
         mean=(0.0, 0.0, 0.0),
         std=(1.0, 1.0, 1.0),
         resize=resize,
     )
-    minimum = preprocessing.decode_minimum(spec) or MinimumSize(width=size, height=size)  # stretch/letterbox: served at full size
-    reduced = image_codec.decode(jpeg_12mp, WIDE_LIMITS, minimum).image
-    # center_crop keeps the shorter side >= 2 x 256 (1/4 scale); a square target of `size` allows 1/8.
-    expected = (750, 1000) if resize == "center_crop" else (375, 500)
-    assert reduced.shape == (*expected, 3)
-    full = decode_rgb(jpeg_12mp, WIDE_LIMITS)
-    if resize != "center_crop":
-        full = cv2.resize(full, expected[::-1], interpolation=cv2.INTER_AREA)
-    reference = preprocessing.resize_and_crop(full, spec).astype(np.float64)
-    assert np.abs(reference - preprocessing.resize_and_crop(reduced, spec)).mean() < (1.5 if resize == "center_crop" else 0.6)
+    decoded = image_codec.decode(jpeg_12mp, WIDE_LIMITS, preprocessing.decode_minimum(spec))
+    assert decoded.image.shape == (*expected, 3) and (decoded.height, decoded.width) == (3000, 4000)
+    reference = preprocessing.resize_and_crop(decode_rgb(jpeg_12mp, WIDE_LIMITS), spec).astype(np.float64)
+    served = preprocessing.resize_and_crop(decoded.image, spec, size=(decoded.height, decoded.width)).astype(np.float64)
+    assert np.abs(reference - served).mean() < 1.0
+    if resize in ("stretch", "letterbox"):
+        unplaced = preprocessing.resize_and_crop(decoded.image, spec).astype(np.float64)
+        assert np.abs(reference - unplaced).mean() > 2 * np.abs(reference - served).mean()
+
+
+def test_reduced_warp_keeps_the_photos_edge_against_the_bars():
+    """A letterboxed photo's edge rows blend with the zero bars exactly as much as at full size."""
+    photo = np.full((3000, 4000, 3), 200, dtype=np.uint8)
+    data = cv2.imencode(".jpg", photo, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+    spec = PreprocessSpec(128, 128, 0, "bilinear", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), resize="letterbox")
+    decoded = image_codec.decode(data, WIDE_LIMITS, preprocessing.decode_minimum(spec))
+    assert decoded.image.shape[:2] == (375, 500)
+    full = preprocessing.resize_and_crop(decode_rgb(data, WIDE_LIMITS), spec).astype(int)
+    served = preprocessing.resize_and_crop(decoded.image, spec, size=(3000, 4000)).astype(int)
+    assert np.abs(full - served).max() <= 2
+    assert (served[:15] == 0).all() and (served[-15:] == 0).all() and (served[17:-17] >= 198).all()
 
 
 def test_decode_minimum_from_the_spec():
@@ -231,9 +247,30 @@ def test_decode_minimum_from_the_spec():
     assert preprocessing.decode_minimum(exact) == MinimumSize(shorter_side=256)
     off = PreprocessSpec(224, 224, 256, "bicubic", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), decode_oversampling=0.0)
     assert preprocessing.decode_minimum(off) is None
-    for mode in ("stretch", "letterbox", "yolo_letterbox"):  # MediaPipe's warps, Ultralytics' resize: full decode (see decode_minimum)
-        whole = PreprocessSpec(144, 256, 0, "bilinear", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), layout="NHWC", resize=mode)
-        assert preprocessing.decode_minimum(whole) is None
+    stretch = PreprocessSpec(144, 256, 0, "bilinear", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), layout="NHWC", resize="stretch")
+    assert preprocessing.decode_minimum(stretch) == MinimumSize(width=512, height=288)
+    for mode in ("letterbox", "yolo_letterbox"):
+        fitted = PreprocessSpec(144, 256, 0, "bilinear", (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), resize=mode, decode_oversampling=4.0)
+        assert preprocessing.decode_minimum(fitted) == MinimumSize(fit_width=1024, fit_height=576)
+        assert preprocessing.decode_minimum(dataclasses.replace(fitted, decode_oversampling=0.0)) is None
+
+
+@pytest.mark.parametrize(
+    "width, height, orientation, expected",
+    [
+        (4000, 3000, 1, (375, 500)),  # wide: the width binds (500 >= 256 at 1/8)
+        (3000, 4000, 1, (500, 375)),  # tall: the height binds
+        (4000, 3000, 6, (500, 375)),  # stored wide, displayed tall
+        (1000, 100, 1, (38, 375)),  # a panorama: its width binds (375 >= 256, at 3/8), however short it is
+        (200, 150, 1, (150, 200)),  # already smaller than the fit: full size
+    ],
+)
+def test_fitted_minimum_keeps_the_fitted_photo_filled(width, height, orientation, expected):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = encode(smooth_photo(width, height), "JPEG", quality=90, exif=exif.tobytes())
+    decoded = image_codec.decode(data, WIDE_LIMITS, MinimumSize(fit_width=256, fit_height=256))
+    assert decoded.image.shape[:2] == expected
 
 
 def test_original_sizes_are_the_photos_not_the_reduced_decode(jpeg_12mp):
