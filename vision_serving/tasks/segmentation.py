@@ -6,11 +6,17 @@ photo's size with bilinear interpolation, and only then thresholded, so mask edg
 image's resolution rather than the model's grid (any height x width: the square general model
 and the 144x256 landscape one alike).
 
-Postprocess config (``task: "segmentation"``): ``mask_mode`` (``threshold``: 255 where
-``p >= threshold``, else 0; ``probability``: round(255 p)) and ``threshold``. Tensors by role:
+Postprocess config (``task: "segmentation"``): ``mask_mode`` (``threshold``: foreground where
+``p >= threshold``; ``probability``: round(255 p)) and ``threshold``. Tensors by role:
 the required FP32 probability map (``[H, W]``, ``[H, W, 1]`` or ``[1, H, W]``) and INT32 ``[2]``
-image size (height, width); outputs BYTES ``[1]`` mask PNG (8-bit, one channel) and FP32 ``[1]``
-coverage (the fraction of pixels with ``p >= threshold``, in both modes).
+image size (height, width); outputs BYTES ``[1]`` mask PNG and FP32 ``[1]`` coverage (the fraction of
+pixels with ``p >= threshold``, in both modes).
+
+The mask PNG is one-channel grayscale at the photo's size: **1 bit per pixel** in ``threshold`` mode
+(a binary mask: every PNG decoder reads it; OpenCV's ``imdecode`` gives 0 and 255, Pillow mode ``"1"``),
+8 bits in ``probability`` mode. Encoding a 12 MP binary mask as 1-bit PNG (zlib's run-length
+strategy) costs about a tenth of the 8-bit PNG it replaced, and the file is a tenth of its size
+(docs/design.md, "The mask is a 1-bit PNG").
 
 Drift features: ``coverage``, ``confidence`` (mean per-pixel certainty ``|2p - 1|``). Precision
 gate (recipe ``[gate] min_mean_iou``): mean over images of the person/background IoU of the
@@ -71,34 +77,50 @@ def probabilities_2d(probabilities: np.ndarray) -> np.ndarray:
 
 def upsample(probabilities: np.ndarray, height: int, width: int) -> np.ndarray:
     """Bilinear resize of one [h, w] probability map to [height, width], clipped to [0, 1]."""
-    if height < 1 or width < 1:
-        raise ValueError(f"image size must be positive, got {height}x{width}")
-    resized = cv2.resize(probabilities_2d(probabilities), (int(width), int(height)), interpolation=cv2.INTER_LINEAR)
+    resized = _resized(probabilities, height, width)
     return np.clip(resized, 0.0, 1.0, out=resized)
 
 
-def mask_from_probabilities(probabilities: np.ndarray, spec: MaskSpec) -> tuple[np.ndarray, float]:
-    """Full-size probabilities -> (uint8 mask, coverage)."""
-    foreground = probabilities >= np.float32(spec.threshold)
-    coverage = float(foreground.mean()) if foreground.size else 0.0
+def _resized(probabilities: np.ndarray, height: int, width: int) -> np.ndarray:
+    if height < 1 or width < 1:
+        raise ValueError(f"image size must be positive, got {height}x{width}")
+    return cv2.resize(probabilities_2d(probabilities), (int(width), int(height)), interpolation=cv2.INTER_LINEAR)
+
+
+def full_size_mask(probabilities: np.ndarray, height: int, width: int, spec: MaskSpec) -> tuple[np.ndarray, float]:
+    """One [h, w] probability map -> (uint8 mask at height x width, coverage): the map resized bilinearly as
+    probabilities, then thresholded (255 where ``p >= threshold``, else 0) or, in ``probability`` mode,
+    round(255 p). Clipping to [0, 1] never moves a threshold in (0, 1), so the threshold mode skips it."""
+    resized = _resized(probabilities, height, width)
+    # OpenCV compares with a scalar (its stubs list arrays only): 255 where p >= the float32 threshold, as numpy would.
+    foreground = cv2.compare(resized, float(np.float32(spec.threshold)), cv2.CMP_GE)  # type: ignore[call-overload]
+    coverage = cv2.countNonZero(foreground) / foreground.size
     if spec.mode == "threshold":
-        return foreground.astype(np.uint8) * np.uint8(255), coverage
-    return np.rint(probabilities * 255.0).astype(np.uint8), coverage
+        return foreground, coverage
+    np.clip(resized, 0.0, 1.0, out=resized)
+    return np.rint(resized * 255.0).astype(np.uint8), coverage
 
 
-def encode_png(mask: np.ndarray) -> bytes:
-    """An 8-bit single-channel PNG (fast compression: masks compress well at level 1)."""
-    ok, encoded = cv2.imencode(".png", mask, [cv2.IMWRITE_PNG_COMPRESSION, 1])
+# 1-bit grayscale, zlib's run-length strategy: a binary mask is long runs (measured at 12 MP: 9.7 ms and 6 KB,
+# against 80 ms and 68 KB as an 8-bit PNG at compression level 1).
+BINARY_PNG = [cv2.IMWRITE_PNG_BILEVEL, 1, cv2.IMWRITE_PNG_COMPRESSION, 1, cv2.IMWRITE_PNG_STRATEGY, cv2.IMWRITE_PNG_STRATEGY_RLE]
+GRAY_PNG = [cv2.IMWRITE_PNG_COMPRESSION, 1]
+
+
+def encode_png(mask: np.ndarray, binary: bool = False) -> bytes:
+    """A one-channel PNG of a uint8 mask: 1 bit per pixel when ``binary`` (the mask holds 0 and 255 only),
+    else 8 bits (fast compression: masks compress well at level 1)."""
+    ok, encoded = cv2.imencode(".png", mask, BINARY_PNG if binary else GRAY_PNG)
     if not ok:
         raise RuntimeError("PNG encoding of the mask failed")
     return encoded.tobytes()
 
 
 def decode_png(data: bytes) -> np.ndarray:
-    """A mask PNG back to [H, W] uint8 (for clients and tests)."""
+    """A mask PNG back to [H, W] uint8 (for clients and tests): a 1-bit PNG reads as 0 and 255."""
     mask = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
     if mask is None or mask.ndim != 2 or mask.dtype != np.uint8:
-        raise ValueError("not an 8-bit single-channel PNG mask")
+        raise ValueError("not a single-channel PNG mask (1 or 8 bits)")
     return mask
 
 
@@ -152,9 +174,7 @@ class MaskResult(TaskResult):
         """(uint8 mask at the photo's size, coverage) per image."""
         if self._masks is None:
             spec = self.post.spec
-            self._masks = [
-                mask_from_probabilities(upsample(p, int(h), int(w)), spec) for p, (h, w) in zip(self._probabilities(), self.sizes)
-            ]
+            self._masks = [full_size_mask(p, int(h), int(w), spec) for p, (h, w) in zip(self._probabilities(), self.sizes)]
         return self._masks
 
     def thresholded(self) -> list[np.ndarray]:
@@ -162,11 +182,12 @@ class MaskResult(TaskResult):
         if self.probabilities is None:  # served masks: 255 (threshold mode) or round(255 p) at or above the threshold
             return [mask >= np.float32(self.post.spec.threshold) * 255 for mask, _ in self.masks()]
         spec = MaskSpec("threshold", self.post.spec.threshold)
-        return [mask_from_probabilities(upsample(p, int(h), int(w)), spec)[0] > 0 for p, (h, w) in zip(self.probabilities, self.sizes)]
+        return [full_size_mask(p, int(h), int(w), spec)[0] > 0 for p, (h, w) in zip(self.probabilities, self.sizes)]
 
     def outputs(self, start: int = 0, stop: int | None = None) -> dict[str, np.ndarray]:
         chosen = self.masks()[start:stop]
-        png = np.array([[encode_png(mask)] for mask, _ in chosen], dtype=np.object_).reshape(-1, 1)
+        binary = self.post.spec.mode == "threshold"
+        png = np.array([[encode_png(mask, binary)] for mask, _ in chosen], dtype=np.object_).reshape(-1, 1)
         coverage = np.array([[coverage] for _, coverage in chosen], dtype=np.float32).reshape(-1, 1)
         return self.post.named({"mask": png, "coverage": coverage})
 

@@ -33,16 +33,44 @@ def test_upsample_before_threshold_gives_smooth_edges_at_full_size():
     # edge: thresholded, the mask's edge falls exactly halfway, at column 40 of 80.
     ramp = np.count_nonzero((full[0] > 0.01) & (full[0] < 0.99))
     assert 10 < ramp <= 20
-    mask, coverage = segmentation.mask_from_probabilities(full, segmentation.MaskSpec())
+    mask, coverage = segmentation.full_size_mask(probabilities, 40, 80, segmentation.MaskSpec())
     assert mask[0, 39] == 0 and mask[0, 40] == 255 and coverage == 0.5
 
 
 def test_threshold_and_probability_modes():
     probabilities = np.array([[0.2, 0.5], [0.7, 1.0]], dtype=np.float32)
-    mask, coverage = segmentation.mask_from_probabilities(probabilities, segmentation.MaskSpec("threshold", 0.5))
+    mask, coverage = segmentation.full_size_mask(probabilities, 2, 2, segmentation.MaskSpec("threshold", 0.5))
     assert mask.tolist() == [[0, 255], [255, 255]] and coverage == 0.75
-    mask, coverage = segmentation.mask_from_probabilities(probabilities, segmentation.MaskSpec("probability", 0.6))
+    mask, coverage = segmentation.full_size_mask(probabilities, 2, 2, segmentation.MaskSpec("probability", 0.6))
     assert mask.tolist() == [[51, 128], [178, 255]] and coverage == 0.5
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.3, 0.7])
+def test_threshold_mask_is_the_clipped_upsampled_map_thresholded(threshold):
+    """The threshold mode skips the clip: the same pixels as clipping, then comparing, at any size."""
+    probabilities = np.random.default_rng(1).normal(0.5, 0.4, (16, 16)).astype(np.float32)  # values outside [0, 1] too
+    for height, width in ((16, 16), (97, 61), (300, 200)):
+        mask, coverage = segmentation.full_size_mask(probabilities, height, width, segmentation.MaskSpec("threshold", threshold))
+        expected = segmentation.upsample(probabilities, height, width) >= np.float32(threshold)
+        assert np.array_equal(mask > 0, expected) and set(np.unique(mask).tolist()) <= {0, 255}
+        assert coverage == pytest.approx(expected.mean())
+
+
+def _png_bit_depth(data: bytes) -> int:
+    assert data[12:16] == b"IHDR"
+    return data[24]
+
+
+def test_threshold_masks_are_1_bit_pngs_and_probability_masks_8_bit():
+    probabilities = np.random.default_rng(2).random((8, 8, 1)).astype(np.float32)
+    sizes = np.array([[120, 90]], np.int32)
+    for mode, depth in (("threshold", 1), ("probability", 8)):
+        processor = post(mode=mode)
+        answer = processor.run(processor.parse({"PROBABILITIES": probabilities[None], "IMAGE_SIZE": sizes})).outputs()
+        data = bytes(answer["MASK"][0, 0])
+        assert _png_bit_depth(data) == depth
+        expected, _ = segmentation.full_size_mask(probabilities, 120, 90, processor.spec)
+        assert np.array_equal(segmentation.decode_png(data), expected)
 
 
 @pytest.mark.parametrize(("height", "width"), [(8, 8), (9, 16)])  # square, and the landscape model's 144x256 shape
@@ -76,7 +104,7 @@ def test_bad_inputs_are_refused():
         segmentation.upsample(np.zeros((4, 4), dtype=np.float32), 0, 4)
     with pytest.raises(ValueError, match="image sizes"):
         post().run({"probabilities": np.zeros((2, 8, 8, 1), np.float32), "image_size": np.zeros((1, 2), np.int32)})
-    with pytest.raises(ValueError, match="8-bit single-channel"):
+    with pytest.raises(ValueError, match="single-channel PNG mask"):
         segmentation.decode_png(b"not a png")
 
 
