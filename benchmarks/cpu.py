@@ -33,14 +33,14 @@ def cpu_ms(function: Callable[[], object], count: int, repeats: int, excluded: C
 
 
 class TimedStage:
-    """A second-stage model as a postprocess awaits it (a batch in, its output out), its calls' CPU ms
+    """A second-stage model as a postprocess awaits it (a batch in, its outputs out), its calls' CPU ms
     (``time.process_time``) added to ``ms`` and their items to ``items``: the awaits never suspend in
     one process, so the calls run one after the other in the caller's thread and the time is theirs."""
 
-    def __init__(self, model: Callable[[np.ndarray], np.ndarray]) -> None:
+    def __init__(self, model: Callable[[np.ndarray], tuple[np.ndarray, ...]]) -> None:
         self.model, self.ms, self.items = model, 0.0, 0
 
-    async def __call__(self, batch: np.ndarray) -> np.ndarray:
+    async def __call__(self, batch: np.ndarray) -> tuple[np.ndarray, ...]:
         started = time.process_time()
         output = self.model(batch)
         self.ms += (time.process_time() - started) * 1e3

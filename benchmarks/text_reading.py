@@ -72,13 +72,14 @@ def pipeline_models() -> tuple[dict[str, Path], list[str]]:
     return paths, post.classes
 
 
-def _model(path: Path) -> Callable[[np.ndarray], np.ndarray]:
+def _model(path: Path) -> Callable[[np.ndarray], tuple[np.ndarray, ...]]:
+    """A model file on onnxruntime, one thread: a batch in, every output out (the graph's order)."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
-    return lambda batch: session.run(None, {name: np.ascontiguousarray(batch, dtype=np.float32)})[0]
+    return lambda batch: tuple(session.run(None, {name: np.ascontiguousarray(batch, dtype=np.float32)}))
 
 
 def _best(function: Callable[[], object], repeats: int) -> float:
@@ -99,7 +100,7 @@ def measure(repeats: int) -> list[dict[str, Any]]:
     for count in LINES:
         payload = np.array([[photo_with_lines(count)]], dtype=np.object_)
         prepared = steps.prepare_request(payload, LIMITS, DEFAULT.detection)
-        probability = models["detector"](prepared[0].tensor[np.newaxis])
+        (probability,) = models["detector"](prepared[0].tensor[np.newaxis])
         passes = []
         for _ in range(repeats + 1):  # the first is the warm-up
             classifier, recognizer = TimedStage(models["classifier"]), TimedStage(models["recognizer"])

@@ -16,6 +16,7 @@ atomically, and skips the work when its recorded input hash is unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from builders import BuildError, CheckFailed, Log, normalization, provenance, stderr_logger
+from builders import BuildError, CheckFailed, Log, normalization, provenance, stage_decode, stderr_logger
 from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
 from builders.loaded import LoadedPipeline
@@ -47,6 +48,7 @@ CODE_FILES = (
     "builders/passes/registry.py",
     "builders/passes/onnx_io.py",
     "builders/normalization.py",
+    "builders/stage_decode.py",
 )
 
 
@@ -350,6 +352,7 @@ def export_stage(loaded: LoadedPipeline, stage: recipes.Stage, force: bool = Fal
     inputs: dict[str, Any] = {
         "source": {"file": source_file.name, "sha256": source_sha256},
         "passes": list(stage.fix.passes),
+        "decode": stage.decode,
         "config_sha256": sha256_file(config_file),
         "code": {name: sha256_file(root / name) for name in CODE_FILES if (root / name).is_file()},
         "packages": packages,
@@ -358,9 +361,14 @@ def export_stage(loaded: LoadedPipeline, stage: recipes.Stage, force: bool = Fal
     if force or not provenance.is_current(output, expected):
         started = time.perf_counter()
         options = fix_onnx.options_for_core(config, None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
+        if stage.decode is not None:  # the passes see the model before its decoding: one output, named for what it is
+            options = dataclasses.replace(options, output_names=(stage_decode.UNDECODED_OUTPUT,), output_dims=None)
         result = fix_onnx.fix_model(fix_onnx.load_model(source_file), list(stage.fix.passes), options, log)
-        _check_io(result.model, config, folder.name)
-        data = result.model.SerializeToString()
+        model = result.model
+        if stage.decode is not None:
+            model = _decoded(model, stage.decode, config, log)
+        _check_io(model, config, folder.name)
+        data = model.SerializeToString()
         atomic_write_bytes(output, data)
         record = provenance.Provenance.for_bytes(
             "export",
@@ -373,11 +381,34 @@ def export_stage(loaded: LoadedPipeline, stage: recipes.Stage, force: bool = Fal
             extra={"pipeline": pipeline.name, "stage": stage.role, "seconds": round(time.perf_counter() - started, 1)},
         )
         record.write(layout.provenance_path(output))
-        log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {len(result.model.graph.node)} nodes)")
+        log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {len(model.graph.node)} nodes)")
     else:
         log(f"{folder.name}/1/{output.name} is up to date")
     _write_metadata_lists(output, stage, pipeline.model_dir("postprocess"), log)
     return output
+
+
+def _decoded(model: Any, decode: str, config: ModelConfig, log: Log) -> Any:
+    """``model`` with the stage's decoding in its graph (:mod:`builders.stage_decode`), its outputs named as the
+    config names them, checked against the model's own outputs on seeded random inputs of every width."""
+    from vision_serving import model_config
+    from vision_serving.onnx_core import create_session
+
+    decoded = stage_decode.apply(model, decode, [t.name for t in config.output])
+    (image,) = config.input
+    rng = np.random.default_rng(0)
+    dtype = model_config.numpy_dtype(image.data_type)
+    # Two sizes for each dynamic dim (a recognizer's width): 320 and 96.
+    batches = [rng.normal(0.0, 1.0, (2, *(d if d > 0 else size for d in image.dims))).astype(dtype) for size in (320, 96)]
+
+    def run(candidate: Any, batch: np.ndarray) -> list[np.ndarray]:
+        with _temporary_model(candidate) as path:
+            session = create_session(path)
+            return session.run(None, {session.get_inputs()[0].name: batch})
+
+    steps = stage_decode.verify(model, decoded, batches, run)
+    log(f"{decode} in the graph: its outputs equal the decoding of the probabilities at {steps} steps")
+    return decoded
 
 
 def _write_metadata_lists(model_path: Path, stage: recipes.Stage, postprocess_dir: Path, log: Log) -> None:

@@ -24,8 +24,9 @@ config's ``task`` parameter) stays in the pipeline's Triton configs. Sections:
     found, then read): ``source`` (a table, as ``[source]``), ``passes`` (as
     ``[fix]``), ``metadata_lists`` (ONNX metadata key -> a file the build
     writes beside the postprocess config: the value's lines as a JSON list),
-    ``precisions`` (its own ladder: ``fp16`` and/or ``fp32``) and ``gate`` (its
-    own thresholds of the task's gate). It is built into
+    ``precisions`` (its own ladder: ``fp16`` and/or ``fp32``), ``gate`` (its
+    own thresholds of the task's gate) and ``decode`` (decoding appended to its
+    graph, :mod:`builders.stage_decode`: ``greedy_ctc``). It is built into
     ``<pipeline>_<role>/1/model.onnx``.
 ``[engine]`` and a stage's ``engine_profiles``
     the TensorRT optimization profiles of a model whose input has dynamic
@@ -115,9 +116,12 @@ class Stage:
     # thresholds, judged on the whole pipeline's answers with only this model lowered.
     precisions: tuple[str, ...] = ("fp32",)
     gate: dict[str, float] = field(default_factory=dict)
+    # Decoding appended to its graph (builders.stage_decode): its outputs are then what the postprocess reads.
+    decode: str | None = None
 
 
 STAGE_PRECISIONS = ("fp16", "fp32")
+STAGE_DECODES = ("greedy_ctc",)  # builders.stage_decode.DECODES
 
 
 @dataclass(frozen=True)
@@ -228,7 +232,7 @@ def _stages(data: dict[str, Any], task: Task, where: str) -> dict[str, Stage]:
             raise RecipeError(f"{here}: must be a table")
         if not re.fullmatch(r"[a-z][a-z0-9_]*", role) or role in ("preprocess", "core", "postprocess"):
             raise RecipeError(f"{here}: the role must be a lowercase name other than preprocess, core and postprocess")
-        known = {"source", "passes", "metadata_lists", "engine_profiles", "precisions", "gate"}
+        known = {"source", "passes", "metadata_lists", "engine_profiles", "precisions", "gate", "decode"}
         unknown = sorted(set(values) - known)
         if unknown:
             raise RecipeError(f"{here}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
@@ -239,6 +243,9 @@ def _stages(data: dict[str, Any], task: Task, where: str) -> dict[str, Stage]:
         lists = _section(values, "metadata_lists", here)
         if not all(isinstance(v, str) and v and "/" not in v for v in lists.values()):
             raise RecipeError(f"{here}: metadata_lists maps metadata keys to plain file names")
+        decode = values.get("decode")
+        if decode is not None and decode not in STAGE_DECODES:
+            raise RecipeError(f"{here}: decode {decode!r} is not one of {', '.join(STAGE_DECODES)}")
         stages[role] = Stage(
             role,
             _source(_section(values, "source", here), f"{here} source"),
@@ -247,6 +254,7 @@ def _stages(data: dict[str, Any], task: Task, where: str) -> dict[str, Stage]:
             _dims_ranges(values.get("engine_profiles", []), f"{here} engine_profiles"),
             _ladder(values.get("precisions", ["fp32"]), STAGE_PRECISIONS, f"{here} precisions"),
             gate,
+            decode,
         )
     return stages
 

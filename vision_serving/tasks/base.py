@@ -117,9 +117,11 @@ class Postprocessor(ABC):
         # Second-stage models this postprocess calls (role -> a model of the same repository): none unless
         # its task reads several models (BLS when served; the in-process pipeline connects their CPU cores).
         self.stage_models: dict[str, str] = {}
+        # Each second stage's input and the outputs this postprocess reads from it, in order (role -> (input, outputs)).
+        self.stage_tensors: dict[str, tuple[str, tuple[str, ...]]] = {}
 
     def use_stages(self, models: Mapping[str, Any]) -> None:
-        """The second-stage models to call (role -> an async call: a batch in, the model's output out)."""
+        """The second-stage models to call (role -> an async call: a batch in, the model's outputs out)."""
         if models:
             raise ConfigError(f"model '{self.config.name}' calls no second-stage model, got {', '.join(models)}")
 

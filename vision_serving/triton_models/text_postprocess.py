@@ -24,21 +24,21 @@ from .postprocess import parse_request
 
 
 class BlsModel:
-    """One model reached by BLS: a batch in, its one output out."""
+    """One model reached by BLS: a batch in, the outputs the postprocess reads out (in its order)."""
 
-    def __init__(self, name: str, input_name: str, output_name: str) -> None:
-        self.name, self.input_name, self.output_name = name, input_name, output_name
+    def __init__(self, name: str, input_name: str, output_names: tuple[str, ...]) -> None:
+        self.name, self.input_name, self.output_names = name, input_name, output_names
 
-    async def __call__(self, batch: np.ndarray) -> np.ndarray:
+    async def __call__(self, batch: np.ndarray) -> tuple[np.ndarray, ...]:
         request = pb_utils.InferenceRequest(
             model_name=self.name,
             inputs=[pb_utils.Tensor(self.input_name, np.ascontiguousarray(batch, dtype=np.float32))],
-            requested_output_names=[self.output_name],
+            requested_output_names=list(self.output_names),
         )
         response = await request.async_exec()
         if response.has_error():
             raise RuntimeError(f"{self.name}: {response.error().message()}")
-        return pb_utils.get_output_tensor_by_name(response, self.output_name).as_numpy()
+        return tuple(pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in self.output_names)
 
 
 class TritonPythonModel:

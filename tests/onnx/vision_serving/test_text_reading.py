@@ -36,8 +36,9 @@ def _session(path) -> onnxruntime.InferenceSession:
 
 
 def _runner(session: onnxruntime.InferenceSession):
+    """A batch in, every output out (the graph's order), as the reader calls its models."""
     name = session.get_inputs()[0].name
-    return lambda batch: session.run(None, {name: np.ascontiguousarray(batch, dtype=np.float32)})[0]
+    return lambda batch: tuple(session.run(None, {name: np.ascontiguousarray(batch, dtype=np.float32)}))
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +84,13 @@ def _read(drawn, sessions, classes, batching) -> dict[str, list[reader.Line]]:
 def test_the_wheel_models_have_the_shapes_and_characters_the_reader_assumes(sessions, classes):
     recognizer = sessions["recognizer"]
     assert list(recognizer.get_inputs()[0].shape[1:3]) == [3, 48]
-    assert recognizer.get_outputs()[0].shape[-1] == 18710 == len(classes)  # CTC blank + 18708 characters + space
+    # Greedy CTC in the recognizer's graph: each 8 px step's best class (of the blank, 18708 characters and a space) and its probability.
+    assert [output.name for output in recognizer.get_outputs()] == ["indices", "scores"] and len(classes) == 18710
+    indices, scores = _runner(recognizer)(np.random.default_rng(0).normal(size=(2, 3, 48, 320)).astype(np.float32))
+    assert indices.shape == scores.shape == (2, 40) and indices.dtype == np.int32 and 0 <= indices.min() <= indices.max() < len(classes)
     assert classes[0] == recognition.BLANK and classes[-1] == " " and "A" in classes and "\u3000" in classes
     assert sessions["classifier"].get_outputs()[0].shape[-1] == 2
-    probability = _runner(sessions["detector"])(np.zeros((1, 3, 64, 96), np.float32))
+    (probability,) = _runner(sessions["detector"])(np.zeros((1, 3, 64, 96), np.float32))
     assert probability.shape == (1, 1, 64, 96)
 
 
@@ -117,7 +121,7 @@ def test_detection_finds_rapidocr_s_boxes(drawn, sessions, rapidocr):
     for name, data in drawn.items():
         prepared = detection.prepare(text_reading.decode_bgr(data), DEFAULT.detection)
         assert prepared is not None
-        found = detection.boxes_from_map(run(prepared.tensor[np.newaxis]), *prepared.image.shape[:2], DEFAULT.detection)
+        found = detection.boxes_from_map(run(prepared.tensor[np.newaxis])[0], *prepared.image.shape[:2], DEFAULT.detection)
         want = rapidocr[name]["detections"]
         np.testing.assert_array_equal(detection.to_photo(found.boxes, prepared), np.array(want["boxes"], np.float32).reshape(-1, 4, 2))
         # RapidOCR sorts its boxes into reading order but leaves their scores in contour order
@@ -147,7 +151,7 @@ def test_photos_read_together_in_chunks_read_as_each_alone(drawn, sessions, clas
     calls: list[int] = []
 
     def stage(model):
-        async def infer(batch: np.ndarray) -> np.ndarray:
+        async def infer(batch: np.ndarray) -> tuple[np.ndarray, ...]:
             calls.append(len(batch))
             return model(batch)
 
@@ -156,7 +160,7 @@ def test_photos_read_together_in_chunks_read_as_each_alone(drawn, sessions, clas
     names = sorted(drawn)
     prepared = [detection.prepare(text_reading.decode_bgr(drawn[name]), DEFAULT.detection) for name in names]
     assert all(item is not None for item in prepared)
-    maps = [models["detector"](item.tensor[np.newaxis]) for item in prepared if item is not None]
+    maps = [models["detector"](item.tensor[np.newaxis])[0] for item in prepared if item is not None]
     stages = reader.Stages(stage(models["classifier"]), 4, stage(models["recognizer"]), 4)
     together = asyncio.run(reader.read_batch([item for item in prepared if item is not None], maps, stages, classes))
     alone = _read(drawn, sessions, classes, "buckets")

@@ -44,20 +44,23 @@ def plan(widths: Sequence[int], max_batch: int) -> list[Chunk]:
     ]
 
 
-Infer = Callable[[np.ndarray], Awaitable[np.ndarray]]
+# A model's outputs for one batch, in the order the postprocess names them (each [batch, ...]).
+Outputs = tuple[np.ndarray, ...]
+Infer = Callable[[np.ndarray], Awaitable[Outputs]]
 
 
-async def run(chunks: Sequence[Chunk], count: int, batch_of: Callable[[Chunk], np.ndarray], infer: Infer) -> list[np.ndarray]:
-    """Every chunk's batch (``batch_of``) sent at once through ``infer``; the output row of each of the
-    ``count`` crops, in crop order. A chunk whose answer has another number of rows raises ValueError."""
-    outputs = await asyncio.gather(*(infer(batch_of(chunk)) for chunk in chunks))
-    rows: list[np.ndarray | None] = [None] * count
-    for chunk, output in zip(chunks, outputs):
-        output = np.asarray(output)
-        if output.shape[0] != len(chunk.members):
-            raise ValueError(f"a request of {len(chunk.members)} crops was answered with {output.shape[0]} rows")
-        for index, row in zip(chunk.members, output):
-            rows[index] = row
+async def run(chunks: Sequence[Chunk], count: int, batch_of: Callable[[Chunk], np.ndarray], infer: Infer) -> list[Outputs]:
+    """Every chunk's batch (``batch_of``) sent at once through ``infer``; each of the ``count`` crops' rows of
+    the outputs, in crop order. A chunk answered with another number of rows raises ValueError."""
+    answers = await asyncio.gather(*(infer(batch_of(chunk)) for chunk in chunks))
+    rows: list[Outputs | None] = [None] * count
+    for chunk, outputs in zip(chunks, answers):
+        outputs = tuple(np.asarray(output) for output in outputs)
+        if any(output.shape[0] != len(chunk.members) for output in outputs):
+            rows_given = ", ".join(str(output.shape[0]) for output in outputs)
+            raise ValueError(f"a request of {len(chunk.members)} crops was answered with {rows_given} rows")
+        for position, index in enumerate(chunk.members):
+            rows[index] = tuple(output[position] for output in outputs)
     missing = [index for index, row in enumerate(rows) if row is None]
     if missing:
         raise ValueError(f"crops {missing[:5]} are in no chunk")
@@ -65,11 +68,11 @@ async def run(chunks: Sequence[Chunk], count: int, batch_of: Callable[[Chunk], n
 
 
 def run_sync(
-    chunks: Sequence[Chunk], count: int, batch_of: Callable[[Chunk], np.ndarray], model: Callable[[np.ndarray], np.ndarray]
-) -> list[np.ndarray]:
-    """:func:`run` with a plain model (a batch in, its output out), in this thread."""
+    chunks: Sequence[Chunk], count: int, batch_of: Callable[[Chunk], np.ndarray], model: Callable[[np.ndarray], Outputs]
+) -> list[Outputs]:
+    """:func:`run` with a plain model (a batch in, its outputs out), in this thread."""
 
-    async def infer(batch: np.ndarray) -> np.ndarray:
+    async def infer(batch: np.ndarray) -> Outputs:
         return model(batch)
 
     return asyncio.run(run(chunks, count, batch_of, infer))

@@ -1,7 +1,8 @@
 """The two stages in one process: photo -> detector -> boxes -> crops -> (direction) -> recognizer -> lines.
 
-The models are plain callables (a batch in, the model's output out: onnxruntime sessions in the
-tests, Triton models once served), so this is the computation a served ``text_reader`` pipeline
+The models are plain callables (a batch in, the model's outputs out as a tuple: onnxruntime sessions
+in the tests, Triton models once served; the recognizer's are each step's best class and its
+probability, :func:`.recognition.greedy_steps`), so this is the computation a served ``text_reader`` pipeline
 spreads over its steps, and what the tests compare with RapidOCR's own pipeline
 (``RapidOCR.__call__`` in ``rapidocr/main.py``: detection on the resized, padded photo; crops of
 the sorted boxes; direction; recognition; lines with empty text or a score below ``text_score``
@@ -25,7 +26,7 @@ import numpy.typing as npt
 from . import detection, fanout, recognition
 from .settings import DEFAULT, ReaderSettings
 
-Model = Callable[[np.ndarray], np.ndarray]
+Model = Callable[[np.ndarray], fanout.Outputs]
 Batching = Literal["reference", "buckets"]
 
 
@@ -41,10 +42,17 @@ class Line:
 
 
 def _in_batches(inputs: Sequence[np.ndarray], model: Model, size: int) -> list[np.ndarray]:
+    """The first output's rows of ``model`` over ``inputs``, ``size`` at a time."""
     outputs: list[np.ndarray] = []
     for start in range(0, len(inputs), size):
-        outputs.extend(np.asarray(model(np.stack(inputs[start : start + size]))))
+        outputs.extend(np.asarray(model(np.stack(inputs[start : start + size]))[0]))
     return outputs
+
+
+def decode_rows(rows: Sequence[fanout.Outputs], classes: Sequence[str]) -> list[tuple[str, float]]:
+    """Each crop's (best classes, their probabilities) -> its (text, score); crops of different widths have
+    different numbers of steps, so each is decoded on its own."""
+    return [recognition.ctc_decode(indices[np.newaxis], scores[np.newaxis], classes)[0] for indices, scores in rows]
 
 
 def recognize(
@@ -69,8 +77,7 @@ def recognize(
     def batch_of(chunk: fanout.Chunk) -> np.ndarray:
         return np.stack([recognition.recognition_input(crops[index], chunk.width, rec) for index in chunk.members])
 
-    rows = fanout.run_sync(chunks, len(crops), batch_of, recognizer)
-    return [recognition.ctc_decode(row[np.newaxis], classes)[0] for row in rows]
+    return decode_rows(fanout.run_sync(chunks, len(crops), batch_of, recognizer), classes)
 
 
 def upright(crops: Sequence[np.ndarray], classifier: Model, settings: ReaderSettings = DEFAULT) -> list[np.ndarray]:
@@ -100,7 +107,7 @@ def read(
     if prepared is None:
         return []
     height, width = prepared.image.shape[:2]
-    found = detection.boxes_from_map(detector(prepared.tensor[np.newaxis]), height, width, settings.detection)
+    found = detection.boxes_from_map(detector(prepared.tensor[np.newaxis])[0], height, width, settings.detection)
     if not len(found):
         return []
     crops = [recognition.crop(prepared.image, box) for box in found.boxes]
@@ -164,7 +171,7 @@ async def read_batch(
             lambda chunk: np.stack([recognition.classifier_input(crops[i], cls) for i in chunk.members]),
             stages.classifier,
         )
-        crops = recognition.turned(crops, recognition.directions(np.stack(rows), cls).flip)
+        crops = recognition.turned(crops, recognition.directions(np.stack([row[0] for row in rows]), cls).flip)
     rec = settings.recognition
     chunks = fanout.plan([recognition.bucket_width(image, rec, buckets) for image in crops], stages.recognizer_batch)
     rows = await fanout.run(
@@ -173,7 +180,7 @@ async def read_batch(
         lambda chunk: np.stack([recognition.recognition_input(crops[i], chunk.width, rec) for i in chunk.members]),
         stages.recognizer,
     )
-    texts = [recognition.ctc_decode(row[np.newaxis], classes)[0] for row in rows]
+    texts = decode_rows(rows, classes)
     per_photo: list[list[tuple[str, float]]] = [[] for _ in prepared]
     for owner, text in zip(owners, texts):
         per_photo[owner].append(text)

@@ -14,9 +14,11 @@ Computed as RapidOCR 3.10.0 computes it (paths inside its wheel):
   ``rec_batch_num`` at a time, each batch ``int(48 x max(320 / 48, its widest aspect))`` wide; a
   crop resized to height 48 and ``ceil(48 x aspect)`` wide, at most the batch width, linear, the
   same normalization, zero-padded on the right);
-* :func:`ctc_decode`: ``ch_ppocr_rec/utils.py`` ``CTCLabelDecode`` (greedy: argmax per step, repeats
-  merged, blanks dropped; the score is the mean of the kept steps' probabilities, each rounded to 5
-  decimals, the mean rounded to 5; no kept step scores 0); :func:`characters`: its character list
+* :func:`greedy_steps` and :func:`ctc_decode`: ``ch_ppocr_rec/utils.py`` ``CTCLabelDecode`` (greedy: the
+  most probable class at each step and its probability, which the served recognizer's graph computes
+  itself (``builders.stage_decode``); repeats merged, blanks dropped; the score is the mean of the kept
+  steps' probabilities, each rounded to 5 decimals, the mean rounded to 5; no kept step scores 0);
+  :func:`characters`: its character list
   (``"blank"`` first, the model's own list, a space last), the model's list being the ONNX
   metadata ``character`` (``inference_engine/onnxruntime/main.py`` ``get_character_list``:
   ``splitlines()``).
@@ -161,15 +163,23 @@ def characters(model_list: str | Sequence[str]) -> list[str]:
     return [BLANK, *listed, " "]
 
 
-def ctc_decode(probabilities: np.ndarray, classes: Sequence[str]) -> list[tuple[str, float]]:
-    """The recognizer's ``[N, T, C]`` output -> (text, score) per crop, greedy, as ``CTCLabelDecode``."""
+def greedy_steps(probabilities: np.ndarray) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+    """The recognizer's class probabilities ``[N, T, C]`` -> each step's most probable class (INT32 ``[N, T]``,
+    the first of equals) and its probability (``[N, T]``): what the served recognizer's graph outputs."""
     probabilities = np.asarray(probabilities)
-    if probabilities.shape[-1] != len(classes):
-        raise ValueError(f"the recognizer gives {probabilities.shape[-1]} classes, the character list has {len(classes)}")
-    indices = probabilities.argmax(axis=2)
-    best = probabilities.max(axis=2)
+    return probabilities.argmax(axis=2).astype(np.int32), probabilities.max(axis=2)
+
+
+def ctc_decode(indices: np.ndarray, scores: np.ndarray, classes: Sequence[str]) -> list[tuple[str, float]]:
+    """Each step's best class and its probability (``[N, T]`` each: :func:`greedy_steps`) -> (text, score) per
+    crop, greedy, as ``CTCLabelDecode``."""
+    indices, scores = np.asarray(indices), np.asarray(scores)
+    if indices.shape != scores.shape or indices.ndim != 2:
+        raise ValueError(f"the recognizer's steps {indices.shape} and their scores {scores.shape} must both be [N, T]")
+    if indices.size and (indices.min() < 0 or indices.max() >= len(classes)):
+        raise ValueError(f"the recognizer gives class {int(indices.max())}, the character list has {len(classes)} classes")
     results = []
-    for tokens, token_probabilities in zip(indices, best):
+    for tokens, token_probabilities in zip(indices, scores):
         keep = np.ones(len(tokens), dtype=bool)
         keep[1:] = tokens[1:] != tokens[:-1]
         keep &= tokens != 0

@@ -10,8 +10,9 @@ Postprocess config (``task: "text_reading"``):
   top-left) and ``count`` (INT32 ``[1]``); K is the largest count of a response, rows past an image's
   count empty and zero;
 - parameters: the second stages, each a model of the same model repository: ``recognizer_model`` and,
-  optionally, ``classifier_model`` (text direction), with their tensor names (``*_input``,
-  ``*_output``) and the most crops one request to them may hold (``*_max_batch``, at most that
+  optionally, ``classifier_model`` (text direction), with their tensor names (``*_input``, and
+  ``*_output``: a comma list, the recognizer's each step's best class and its probability, which its
+  graph computes) and the most crops one request to them may hold (``*_max_batch``, at most that
   model's ``max_batch_size``); ``characters``: the recognizer's character list (a JSON list of
   strings, beside this config, written by the build).
 
@@ -61,7 +62,10 @@ OUTPUT_ROLES = (
     Role("count", "INT32", (1,), name="COUNT"),
 )
 
-StageModel = Callable[[np.ndarray], Awaitable[np.ndarray]]
+# A second stage: a batch in, its outputs (in the order the config lists them) out.
+StageModel = Callable[[np.ndarray], Awaitable[tuple[np.ndarray, ...]]]
+# The outputs each role's model must give, in order: the direction probabilities; each step's best class and its probability.
+STAGE_OUTPUTS = {"classifier": 1, "recognizer": 2}
 
 
 def stage_names(config: ModelConfig) -> dict[str, str]:
@@ -83,6 +87,17 @@ def recognizer_widths(config: ModelConfig) -> tuple[int, ...]:
     if not widths or list(widths) != sorted(set(widths)) or any(w < 8 or w % 8 for w in widths):
         raise ConfigError(f"model '{config.name}': recognizer_widths must rise, each a multiple of 8 (the recognizer's step), got {text!r}")
     return widths
+
+
+def stage_outputs(config: ModelConfig, role: str) -> tuple[str, ...]:
+    """``<role>_output``: the outputs the postprocess reads from that second stage, a comma list in order."""
+    text = model_config.parameter(config, f"{role}_output")
+    names = tuple(name.strip() for name in text.split(","))
+    if len(names) != STAGE_OUTPUTS[role] or not all(names):
+        raise ConfigError(
+            f"model '{config.name}': {role}_output {text!r} must name {STAGE_OUTPUTS[role]} output(s) of {role}_model, comma-separated"
+        )
+    return names
 
 
 class TextReadingResult(TaskResult):
@@ -116,8 +131,7 @@ class TextReadingPostprocessor(Postprocessor):
             if size < 1:
                 raise ConfigError(f"model '{config.name}': {role}_max_batch must be a positive count of crops, got {size}")
         self.stage_tensors = {
-            role: (model_config.parameter(config, f"{role}_input"), model_config.parameter(config, f"{role}_output"))
-            for role in self.stage_models
+            role: (model_config.parameter(config, f"{role}_input"), stage_outputs(config, role)) for role in self.stage_models
         }
         # RapidOCR's defaults; a config without a classifier_model reads every crop as it is cut.
         self.settings = dataclasses.replace(DEFAULT, use_classifier="classifier" in self.stage_models)
@@ -257,14 +271,15 @@ class TextReadingTask(Task):
             if not variants[0].is_file():
                 problems.append(f"model '{config.name}': {role}_model '{name}' is not a model of {model_dir.parent}")
                 continue
-            input_name, output_name = post.stage_tensors[role]
+            input_name, output_names = post.stage_tensors[role]
             for path in variants:
                 stage = model_config.parse_config_text(path.read_text(), str(path))
                 where = f"model '{config.name}': {role}_model '{name}' ({path.relative_to(folder)})"
                 if [t.name for t in stage.input] != [input_name]:
                     problems.append(f"{where} takes {[t.name for t in stage.input]}, not the one input {role}_input '{input_name}'")
-                if output_name not in [t.name for t in stage.output]:
-                    problems.append(f"{where} has no output {role}_output '{output_name}'")
+                missing = [name for name in output_names if name not in [t.name for t in stage.output]]
+                if missing:
+                    problems.append(f"{where} has no output {', '.join(repr(name) for name in missing)} of {role}_output")
                 if post.max_batch[role] > stage.max_batch_size:
                     problems.append(f"{where}: {role}_max_batch {post.max_batch[role]} exceeds its max_batch_size {stage.max_batch_size}")
         return problems

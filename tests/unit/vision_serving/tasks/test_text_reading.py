@@ -266,14 +266,25 @@ def test_ctc_merges_repeats_drops_blanks_and_scores_the_kept_steps():
     assert classes == ["blank", "a", "b", "c", " "]
     steps = _probabilities([0, 1, 1, 0, 1, 2, 2, 4, 3, 0], len(classes))
     steps[5, 2] = 0.8
-    (text, score), (empty, nothing) = recognition.ctc_decode(np.stack([steps, _probabilities([0] * 10, 5)]), classes)
+    indices, scores = recognition.greedy_steps(np.stack([steps, _probabilities([0] * 10, 5)]))
+    assert indices.dtype == np.int32 and indices[0].tolist() == [0, 1, 1, 0, 1, 2, 2, 4, 3, 0]
+    (text, score), (empty, nothing) = recognition.ctc_decode(indices, scores, classes)
     assert text == "aab c" and score == round(float(np.mean([0.9, 0.9, 0.8, 0.9, 0.9])), 5)
     assert (empty, nothing) == ("", 0.0)
 
 
-def test_ctc_refuses_a_character_list_of_another_size():
-    with pytest.raises(ValueError, match="5 classes"):
-        recognition.ctc_decode(np.zeros((1, 3, 5), np.float32), ["blank", "a", " "])
+def test_greedy_steps_take_the_first_of_equal_classes():
+    """As numpy's argmax and ONNX ArgMax (select_last_index 0): the recognizer's graph and this agree on ties."""
+    tied = np.array([[[0.4, 0.4, 0.2], [0.1, 0.45, 0.45]]], np.float32)
+    indices, scores = recognition.greedy_steps(tied)
+    assert indices.tolist() == [[0, 1]] and scores[0].tolist() == pytest.approx([0.4, 0.45])
+
+
+def test_ctc_refuses_a_character_list_of_another_size_and_mismatched_steps():
+    with pytest.raises(ValueError, match="3 classes"):
+        recognition.ctc_decode(np.array([[0, 4, 1]], np.int32), np.ones((1, 3), np.float32), ["blank", "a", " "])
+    with pytest.raises(ValueError, match="must both be"):
+        recognition.ctc_decode(np.zeros((1, 3), np.int32), np.ones((1, 4), np.float32), ["blank", "a", " "])
 
 
 def test_the_model_s_list_is_split_into_lines():
@@ -287,23 +298,23 @@ def test_the_model_s_list_is_split_into_lines():
 def _stand_in_models(lines: list[tuple[str, float]]):
     classes = recognition.characters("H\ni\n!")
 
-    def detector(batch: np.ndarray) -> np.ndarray:
+    def detector(batch: np.ndarray) -> tuple[np.ndarray]:
         _, _, height, width = batch.shape
         probability = np.zeros((1, 1, height, width), np.float32)
         probability[0, 0, 100:140, 100:400] = 0.9
         probability[0, 0, 300:340, 100:300] = 0.9
-        return probability
+        return (probability,)
 
-    def recognizer(batch: np.ndarray) -> np.ndarray:
+    def recognizer(batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         steps = batch.shape[3] // 8
         out = []
         for text, peak in lines[: len(batch)]:
             tokens = [classes.index(ch) for ch in text] + [0] * (steps - len(text))
             out.append(_probabilities(tokens, len(classes), peak))
-        return np.stack(out)
+        return recognition.greedy_steps(np.stack(out))
 
-    def classifier(batch: np.ndarray) -> np.ndarray:
-        return np.tile(np.array([[0.99, 0.01]], np.float32), (len(batch), 1))
+    def classifier(batch: np.ndarray) -> tuple[np.ndarray]:
+        return (np.tile(np.array([[0.99, 0.01]], np.float32), (len(batch), 1)),)
 
     return detector, recognizer, classifier, classes
 
@@ -324,8 +335,8 @@ def test_read_needs_the_classifier_when_the_settings_use_it():
 
 
 def test_a_photo_without_text_reads_as_no_lines():
-    def nothing(batch: np.ndarray) -> np.ndarray:
-        return np.zeros((1, 1, *batch.shape[2:]), np.float32)
+    def nothing(batch: np.ndarray) -> tuple[np.ndarray]:
+        return (np.zeros((1, 1, *batch.shape[2:]), np.float32),)
 
     assert reader.read(np.zeros((100, 100, 3), np.uint8), nothing, nothing, ["blank", " "], nothing) == []
 

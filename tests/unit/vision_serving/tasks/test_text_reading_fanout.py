@@ -44,27 +44,28 @@ def test_every_request_is_in_flight_at_once_and_answers_go_back_by_index():
     in_flight = 0
     most = 0
 
-    async def infer(batch: np.ndarray) -> np.ndarray:
+    async def infer(batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
         # The widest request answers first: arrival order is not the plan's order.
         await asyncio.sleep(0.01 * (1000 - batch[0, 1]) / 100)
         in_flight -= 1
-        return batch[:, :1] * 10
+        return batch[:, :1] * 10, batch[:, 1].astype(np.int32)
 
     def batch_of(chunk: fanout.Chunk) -> np.ndarray:
         return np.array([[index, chunk.width] for index in chunk.members], np.float32)
 
     rows = asyncio.run(fanout.run(chunks, len(widths), batch_of, infer))
-    assert [float(row[0]) for row in rows] == [0.0, 10.0, 20.0, 30.0, 40.0]
+    assert [float(first[0]) for first, _ in rows] == [0.0, 10.0, 20.0, 30.0, 40.0]
+    assert [int(second) for _, second in rows] == widths  # every output's row goes back to its crop
     assert most == len(chunks)
 
 
 def test_an_answer_with_the_wrong_number_of_rows_is_an_error():
     chunks = fanout.plan([320, 320], max_batch=2)
     with pytest.raises(ValueError, match="a request of 2 crops was answered with 1 rows"):
-        fanout.run_sync(chunks, 2, lambda chunk: np.zeros((len(chunk.members), 1)), lambda batch: batch[:1])
+        fanout.run_sync(chunks, 2, lambda chunk: np.zeros((len(chunk.members), 1)), lambda batch: (batch[:1],))
 
 
 def test_recognition_in_buckets_sends_one_width_per_call_and_at_most_max_batch():
@@ -72,13 +73,13 @@ def test_recognition_in_buckets_sends_one_width_per_call_and_at_most_max_batch()
     crops = [np.full((48, width, 3), 128, np.uint8) for width in (60, 700, 100, 90, 2000, 50, 40)]
     calls: list[tuple[int, int]] = []
 
-    def recognizer(batch: np.ndarray) -> np.ndarray:
+    def recognizer(batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         calls.append((batch.shape[0], batch.shape[3]))
         steps = batch.shape[3] // 8
         output = np.zeros((batch.shape[0], steps, len(classes)), np.float32)
         output[:, :, 0] = 1.0
         output[:, 0, 0], output[:, 0, 1 + steps % 8] = 0.0, 0.9  # one character, from the width
-        return output
+        return reader.recognition.greedy_steps(output)
 
     results = reader.recognize(crops, recognizer, classes, DEFAULT, batching="buckets", max_batch=2)
     assert all(size <= 2 for size, _ in calls)

@@ -79,7 +79,10 @@ def test_the_check_names_a_stage_whose_batch_or_tensors_do_not_fit():
     assert task.TASK.check(config(), POSTPROCESS, None) == []
     (problem, *_) = task.TASK.check(config(recognizer_max_batch="64"), POSTPROCESS, None)
     assert "recognizer_max_batch 64 exceeds its max_batch_size 16" in problem
-    assert any("no output recognizer_output 'logits'" in p for p in task.TASK.check(config(recognizer_output="logits"), POSTPROCESS, None))
+    missing = task.TASK.check(config(recognizer_output="logits,scores"), POSTPROCESS, None)
+    assert any("has no output 'logits' of recognizer_output" in p for p in missing), missing
+    with pytest.raises(ConfigError, match="must name 2 output"):
+        task.TASK.postprocessor(config(recognizer_output="probabilities"), POSTPROCESS)
     assert "is not a model of" in task.TASK.check(config(classifier_model="nowhere"), POSTPROCESS, None)[0]
 
 
@@ -87,12 +90,12 @@ def test_a_batch_is_read_through_the_stages_and_padded_per_response(model_dir):
     post = task.TASK.postprocessor(config(classifier_model=""), model_dir)
     calls: list[tuple[int, ...]] = []
 
-    async def recognizer(batch: np.ndarray) -> np.ndarray:
+    async def recognizer(batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         calls.append(batch.shape)
         out = np.zeros((len(batch), batch.shape[-1] // 8, len(post.classes)), np.float32)
         out[:, 0, 1] = 1.0  # every crop reads "a"
         out[:, 1:, 0] = 1.0
-        return out
+        return recognition.greedy_steps(out)
 
     post.use_stages({"recognizer": recognizer})
     photo = np.full((64, 256, 3), 255, np.uint8)
