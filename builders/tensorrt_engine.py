@@ -221,22 +221,29 @@ def cache_entry(cache_dir: Path, key: str, pipeline: str, inputs_hash: str) -> P
     return cache_dir / key / pipeline / inputs_hash[:16]
 
 
-def tensorrt_version_from_libraries(directories: Iterable[str | Path] | None = None) -> str | None:
-    """``X.Y.Z`` from ``libnvinfer.so.X.Y.Z`` (images that ship TensorRT without its Python bindings)."""
-    if directories is None:
-        directories = [*filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)), *LIBRARY_DIRS]
+def tensorrt_version_from_names(names: Iterable[str | Path]) -> str | None:
+    """``X.Y.Z`` of the newest ``libnvinfer.so.X.Y.Z[.B]`` among library file names (or paths). TensorRT ships
+    ``libnvinfer.so`` -> ``libnvinfer.so.X`` -> ``libnvinfer.so.X.Y.Z``: only the last one, the real file, names
+    the release, so the symlinks (which sort first) are not versions here."""
     found: list[tuple[int, ...]] = []
-    for directory in directories:
-        folder = Path(directory)
-        if not folder.is_dir():
-            continue
-        for library in folder.glob("libnvinfer.so.*"):
-            suffix = library.name.removeprefix("libnvinfer.so.")
-            if re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", suffix):
-                found.append(tuple(int(part) for part in suffix.split(".")))
+    for name in names:
+        suffix = Path(name).name.removeprefix("libnvinfer.so.")
+        if re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", suffix):
+            found.append(tuple(int(part) for part in suffix.split(".")))
     if not found:
         return None
     return ".".join(str(part) for part in max(found)[:3])
+
+
+def library_dirs() -> list[str]:
+    """Where a TensorRT library is looked for: ``LD_LIBRARY_PATH``, then the folders NVIDIA's images install it in."""
+    return [*filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)), *LIBRARY_DIRS]
+
+
+def tensorrt_version_from_libraries(directories: Iterable[str | Path] | None = None) -> str | None:
+    """``X.Y.Z`` from ``libnvinfer.so.X.Y.Z`` (images that ship TensorRT without its Python bindings)."""
+    folders = [Path(directory) for directory in (library_dirs() if directories is None else directories)]
+    return tensorrt_version_from_names(library for folder in folders if folder.is_dir() for library in folder.glob("libnvinfer.so.*"))
 
 
 # --------------------------------------------------------------------------- tensorrt
@@ -909,21 +916,32 @@ def add_verify_plan_step(subparsers: argparse._SubParsersAction[argparse.Argumen
 # --------------------------------------------------------------------------- the images: the same TensorRT release
 
 
+# What a user changes to pick the images (versions.env, read by docker compose --env-file and passed to both
+# Dockerfiles as their one build arg): the images are nvcr.io/nvidia/{tensorrt,tritonserver}:${TRITON_RELEASE}-py3.
+RELEASE_VARIABLE = "TRITON_RELEASE"
+
+
 def release_mismatch(builder_version: str, server_version: str) -> str | None:
     """Why plans the builder image builds would not load in the server image (None: they would)."""
     if release(builder_version) == release(server_version):
         return None
     return (
         f"the builder image has TensorRT {release(builder_version)}, the server image {release(server_version)}: plans built by "
-        "one do not load in the other. NVIDIA has built a tritonserver:YY.MM on the previous month's base: pick tags whose "
-        "TensorRT releases match (TRITONSERVER_BASE_IMAGE and TENSORRT_BASE_IMAGE in versions.env)"
+        "one do not load in the other. NVIDIA has built a tritonserver:YY.MM on the previous month's base: set "
+        f"{RELEASE_VARIABLE} in versions.env (the build arg of docker/builder.Dockerfile and docker/server.Dockerfile) to a "
+        "release whose tensorrt and tritonserver images carry the same TensorRT"
     )
 
 
 def run_same_tensorrt(args: argparse.Namespace) -> int:
-    server = args.server_version or tensorrt_version_from_libraries()
+    if args.server_version:
+        server, where = args.server_version, "--server-version"
+    elif args.server_library is not None:
+        server, where = tensorrt_version_from_names(args.server_library), "the server image's libnvinfer files"
+    else:
+        server, where = tensorrt_version_from_libraries(), f"{', '.join(library_dirs())}"
     if server is None:
-        raise BuildError("no libnvinfer.so.X.Y.Z found here: run this in the server image, or pass --server-version")
+        raise BuildError(f"no libnvinfer.so.X.Y.Z in {where}: run this in the server image, or pass --server-version or --server-library")
     problem = release_mismatch(args.builder_version, server)
     if problem is not None:
         raise VerificationError(problem)
@@ -943,6 +961,13 @@ def add_same_tensorrt_step(subparsers: argparse._SubParsersAction[argparse.Argum
     )
     parser.add_argument("--builder-version", required=True, metavar="X.Y.Z", help="tensorrt.__version__ in the builder image")
     parser.add_argument("--server-version", metavar="X.Y.Z", help="the server image's TensorRT (default: libnvinfer.so.X.Y.Z here)")
+    parser.add_argument(
+        "--server-library",
+        action="append",
+        metavar="NAME",
+        help="a libnvinfer.so.* file name found in the server image (repeat for each; symlinks included): the release is "
+        "read from the versioned one (docker/check-tensorrt.sh)",
+    )
     parser.set_defaults(run=run_same_tensorrt)
 
 

@@ -212,10 +212,17 @@ def test_parse_nvidia_smi():
 
 
 def test_tensorrt_version_from_library_file_names(tmp_path):
-    for name in ("libnvinfer.so", "libnvinfer.so.10", "libnvinfer.so.10.13.3", "libnvinfer_plugin.so.10.13.3"):
-        (tmp_path / name).touch()
-    assert te.tensorrt_version_from_libraries([tmp_path]) == "10.13.3"
+    """As TensorRT ships it: libnvinfer.so -> libnvinfer.so.11 -> libnvinfer.so.11.1.0, the symlinks sorting first."""
+    (tmp_path / "libnvinfer.so.11.1.0").touch()
+    (tmp_path / "libnvinfer.so.11").symlink_to("libnvinfer.so.11.1.0")
+    (tmp_path / "libnvinfer.so").symlink_to("libnvinfer.so.11")
+    (tmp_path / "libnvinfer_plugin.so.11.2.0").touch()
+    assert sorted(p.name for p in tmp_path.glob("libnvinfer.so.*"))[0] == "libnvinfer.so.11"
+    assert te.tensorrt_version_from_libraries([tmp_path]) == "11.1.0"
     assert te.tensorrt_version_from_libraries([tmp_path / "missing"]) is None
+    names = ["/usr/lib/x86_64-linux-gnu/libnvinfer.so.10", "/usr/lib/x86_64-linux-gnu/libnvinfer.so.10.13.3.9"]
+    assert te.tensorrt_version_from_names(names) == "10.13.3"
+    assert te.tensorrt_version_from_names(["libnvinfer.so.10", "libnvinfer.so"]) is None
 
 
 def test_provenance_that_matches():
@@ -436,4 +443,17 @@ def test_same_tensorrt_reads_the_server_library_and_fails_in_one_line(tmp_path, 
     assert line.startswith("error: the builder image has TensorRT 10.14.1, the server image 10.13.3")
     monkeypatch.setattr(te, "LIBRARY_DIRS", (str(tmp_path / "none"),))
     assert te.main(["same-tensorrt", "--builder-version", "10.14.1"]) == 2
-    assert "no libnvinfer.so.X.Y.Z found here" in capsys.readouterr().err
+    assert f"no libnvinfer.so.X.Y.Z in {tmp_path / 'none'}" in capsys.readouterr().err
+
+
+def test_same_tensorrt_reads_the_versioned_name_among_the_server_images_libraries(capsys):
+    """docker/check-tensorrt.sh passes every libnvinfer.so.* name of the server image, symlinks first."""
+    listing = ["/usr/lib/x86_64-linux-gnu/libnvinfer.so.11", "/usr/lib/x86_64-linux-gnu/libnvinfer.so.11.1.0"]
+    arguments = [argument for name in listing for argument in ("--server-library", name)]
+    assert te.main(["same-tensorrt", "--builder-version", "11.1.0.4", *arguments]) == 0
+    assert "TensorRT 11.1.0 in both" in capsys.readouterr().err
+    assert te.main(["same-tensorrt", "--builder-version", "11.2.0.1", *arguments]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "set TRITON_RELEASE in versions.env" in line
+    assert te.main(["same-tensorrt", "--builder-version", "11.1.0.4", "--server-library", listing[0]]) == 2
+    assert "no libnvinfer.so.X.Y.Z in the server image's libnvinfer files" in capsys.readouterr().err
