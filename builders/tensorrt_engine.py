@@ -11,7 +11,7 @@
 - one optimization profile per input: batch 1 .. ``max_batch_size`` of the
   core config, ``--opt-batch`` in between, the other dims from the config;
 - hardware compatibility ``SAME_COMPUTE_CAPABILITY`` where the bindings have it
-  (TensorRT >= 10.10): the plan serves every GPU of the compute capability that
+  (TensorRT >= 10.9): the plan serves every GPU of the compute capability that
   built it; older releases build for the GPU model at hand only (TensorRT's
   default ``NONE``), and the plan cache and ``verify-plan`` then key on the GPU
   model too, so an H100 SXM's plan is never served on an H100 PCIe or an H200;
@@ -185,9 +185,9 @@ def major_minor(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-# How far a plan may travel (TensorRT's HardwareCompatibilityLevel). "same_compute_capability" (TensorRT >= 10.10's
+# How far a plan may travel (TensorRT's HardwareCompatibilityLevel). "same_compute_capability" (TensorRT >= 10.9's
 # SAME_COMPUTE_CAPABILITY): any GPU of the compute capability that built it. "none" (TensorRT's default, the only
-# choice before 10.10): only the GPU model that built it, so its cache key and its verification name the GPU model.
+# choice before 10.9): only the GPU model that built it, so its cache key and its verification name the GPU model.
 SAME_COMPUTE_CAPABILITY = "same_compute_capability"
 GPU_MODEL_ONLY = "none"
 

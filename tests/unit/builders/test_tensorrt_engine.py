@@ -150,7 +150,7 @@ def test_hardware_compatibility_where_the_bindings_have_it():
         hardware_compatibility_level = "NONE"
 
     levels = types.SimpleNamespace(NONE="NONE", AMPERE_PLUS="AMPERE_PLUS", SAME_COMPUTE_CAPABILITY="SAME_COMPUTE_CAPABILITY")
-    new = types.SimpleNamespace(HardwareCompatibilityLevel=levels)  # TensorRT 10.10+ and 11
+    new = types.SimpleNamespace(HardwareCompatibilityLevel=levels)  # TensorRT 10.9+ and 11
     old = types.SimpleNamespace(HardwareCompatibilityLevel=types.SimpleNamespace(NONE="NONE", AMPERE_PLUS="AMPERE_PLUS"))
     assert te.hardware_compatibility(new) == te.SAME_COMPUTE_CAPABILITY
     assert te.hardware_compatibility(old) == te.hardware_compatibility(types.SimpleNamespace()) == te.GPU_MODEL_ONLY
