@@ -36,7 +36,7 @@ from rapidfuzz.distance import Levenshtein
 
 from ... import drift, model_config
 from ...model_config import ConfigError, ModelConfig
-from ..base import ClientReport, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report
+from ..base import ClientReport, EngineProfile, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report
 from . import reader, recognition, steps
 from .agreement import Agreement
 from .reader import Line
@@ -62,6 +62,9 @@ OUTPUT_ROLES = (
 )
 
 StageModel = Callable[[np.ndarray], Awaitable[np.ndarray]]
+# Crops per recognizer run its profiles are tuned for: the mean batch measured on the text upload mix, 3.1 to 3.3 at
+# 1 to 16 clients (benchmarks/results/text_reader/systems.md), rounded up.
+RECOGNIZER_OPT_BATCH = 4
 
 
 def stage_names(config: ModelConfig) -> dict[str, str]:
@@ -268,6 +271,17 @@ class TextReadingTask(Task):
                 if post.max_batch[role] > stage.max_batch_size:
                     problems.append(f"{where}: {role}_max_batch {post.max_batch[role]} exceeds its max_batch_size {stage.max_batch_size}")
         return problems
+
+    def engine_profiles(self, config: ModelConfig, role: str) -> tuple[EngineProfile, ...]:
+        """The recognizer: one profile per width bucket (each crop is padded to one: :func:`recognizer_widths`), 48 px
+        high; the classifier's input is fixed."""
+        if role != "recognizer":
+            return ()
+        height = DEFAULT.recognition.height
+        return tuple(
+            EngineProfile(f"width {width}", (3, height, width), (3, height, width), (3, height, width), RECOGNIZER_OPT_BATCH)
+            for width in recognizer_widths(config)
+        )
 
     def gate(self, reference: TaskResult, candidate: TaskResult, limits: Mapping[str, float]) -> dict[str, Any]:
         assert isinstance(reference, TextReadingResult) and isinstance(candidate, TextReadingResult)

@@ -8,8 +8,7 @@ import asyncio
 import importlib
 import sys
 import types
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -19,14 +18,12 @@ from vision_serving.triton_models import bls
 CPU, GPU = "TRITONSERVER_MEMORY_CPU", "TRITONSERVER_MEMORY_GPU"  # stand-ins of the stub's enum values
 
 
-@dataclass(frozen=True)
-class PreferredMemory:
+class PreferredMemory(NamedTuple):
     preferred_memory_type: str
     preferred_device_id: int = 0
 
 
-@dataclass
-class Tensor:
+class Tensor(NamedTuple):
     name: str
     array: np.ndarray
 
@@ -34,20 +31,19 @@ class Tensor:
         return self.array
 
 
-@dataclass
-class Response:
+class Response(NamedTuple):
     outputs: list[Tensor]
 
     def has_error(self) -> bool:
         return False
 
 
-@dataclass
 class Stub:
     """What the code under test reaches of ``triton_python_backend_utils``; records each request's keywords and
     answers it like a model that returns its input times two, in the memory the request asked for."""
 
-    requests: list[dict[str, Any]] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
 
     def module(self) -> types.ModuleType:
         module = types.ModuleType("triton_python_backend_utils")
