@@ -363,21 +363,57 @@ def memory_gib(quantity: str) -> float:
     return float(quantity[:-2]) * units[quantity[-2:]]
 
 
-def test_the_servers_cpu_and_memory_follow_from_the_sizing_and_the_measured_costs(triton):
-    """CPU request = limit (the sizing reads the limit; the scheduler reserves what is sized for); memory
-    covers what the planner computes for that limit from the committed measurements (of every served pipeline),
-    the 1 GiB /dev/shm and the CUDA/TensorRT host allowance docs/sizing.md names."""
+def test_the_servers_cpu_and_memory_follow_from_the_sizing_and_the_measured_costs(pod_spec, triton, compose):
+    """CPU request = limit (the sizing reads the limit; the scheduler reserves what is sized for); /dev/shm holds what
+    the planner computes travels through it for that limit (every Python step instance at its largest batch of its
+    largest measured request), and compose's for the most instances any CPU count gives; memory covers the planner's
+    figure for that limit from the committed measurements (of every served pipeline), the /dev/shm volume and the
+    CUDA/TensorRT host allowance docs/sizing.md names."""
     from devtools import capacity
 
     resources = triton["resources"]
     assert resources["requests"]["cpu"] == resources["limits"]["cpu"]
-    assert capacity.deployment_vcpus() == capacity.cpu_quantity(resources["limits"]["cpu"])
+    vcpus = capacity.deployment_vcpus()
+    assert vcpus == capacity.cpu_quantity(resources["limits"]["cpu"])
     measured = capacity.load()
-    unmeasured = sorted({pipeline.name for pipeline in layout.pipelines(layout.MODEL_REPOSITORY)} - set(measured["pipelines"]))
+    served = {pipeline.name: pipeline for pipeline in layout.pipelines(layout.MODEL_REPOSITORY)}
+    unmeasured = sorted(set(served) - set(measured["pipelines"]))
     assert not unmeasured, f"{capacity.RESULTS} has no costs of {unmeasured}: run python -m devtools.capacity --measure"
-    needed = capacity.memory_gib_per_pod(measured, capacity.deployment_vcpus()) + 1.0 + capacity.CUDA_HOST_GIB
+    for name, pipeline in served.items():  # the batch sizes the shared memory was planned with are the configs'
+        for step, instance in measured["pipelines"][name]["instances"].items():
+            config = model_config.load_config(pipeline.model_dir(step))
+            assert instance["max_batch_size"] == config.max_batch_size, f"{name} {step}: run python -m devtools.capacity --measure-shm"
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    (shm,) = [m for m in triton["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    dshm = memory_gib(volumes[shm["name"]]["emptyDir"]["sizeLimit"])
+    assert capacity.dshm_gib(measured, vcpus) <= dshm <= 1.5 * capacity.dshm_gib(measured, vcpus) + 1
+    most = capacity.dshm_gib(measured, 1024)  # every step at its max_instances
+    assert most <= float(compose["services"]["server"]["shm_size"].removesuffix("gb")) <= 1.5 * most + 1
+    needed = capacity.memory_gib_per_pod(measured, vcpus) + dshm + capacity.CUDA_HOST_GIB
     assert memory_gib(resources["requests"]["memory"]) == memory_gib(resources["limits"]["memory"]) >= needed
     assert memory_gib(resources["limits"]["memory"]) <= 2 * needed, "far more than the pod needs: the node's memory is wasted"
+
+
+def test_the_recognizer_s_instances_are_the_capacity_planner_s_choice():
+    """Where no GPU measured it, a model whose instance runs several profiles has the instances the planner chooses
+    from the committed GPU memory estimate; that estimate is of the configs and profiles as they are now."""
+    from builders import tensorrt_engine as te
+    from devtools import capacity
+
+    estimated = capacity.load_gpu_memory()
+    assert estimated is not None, f"{capacity.GPU_MEMORY}: run python -m devtools.capacity --gpu-memory"
+    recorded = {model["model"]: model for model in estimated["models"]}
+    for pipeline in layout.pipelines(layout.MODEL_REPOSITORY):
+        for role in te.engine_roles(pipeline):
+            config = te.load_core_config(pipeline, role)
+            model = recorded.get(config.name)
+            assert model is not None, f"{config.name} is not in {capacity.GPU_MEMORY.name}: run python -m devtools.capacity --gpu-memory"
+            shapes = [list(profile[0].max) for profile in te.optimization_profiles(config, None, te.model_profiles(pipeline, role, config))]
+            assert [p["max_shape"] for p in model["profiles"]] == shapes, f"{config.name}: profiles changed since the estimate"
+            assert model["instances"] == sum(group.count for group in config.instance_group), config.name
+    chosen = capacity.choose_instances(estimated["models"])
+    assert chosen["text_reader_core_recognizer"] == recorded["text_reader_core_recognizer"]["instances"] == 2
+    assert all(recorded[name]["instances"] == count for name, count in chosen.items())
 
 
 def builder_commands(script: str) -> list[list[str]]:
