@@ -481,9 +481,8 @@ def shm_per_request(pipeline: layout.Pipeline) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {step: {"bytes": 0, "photo": ""} for step in CPU_STEPS}
     for kind in SHM_KINDS:
         for payload in images.upload_mix(kind):
-            decoded = served.decode(payload.data)
-            preprocessed = served.preprocess([decoded])
-            tensors = served.with_core(served.preprocessed([decoded]))
+            preprocessed = served.preprocessed([served.decode(payload.data)])  # the preprocess's outputs, by ensemble name
+            tensors = served.with_core(preprocessed)
             sent[0] = 0
             result = served.postprocess(tensors)
             sizes = {
