@@ -2,7 +2,9 @@
 
 The recipe says how the pipeline's core model is made and judged; everything
 about tensors (names, dims, preprocessing) and the task itself (the postprocess
-config's ``task`` parameter) stays in the pipeline's Triton configs. Sections:
+config's ``task`` parameter) stays in the pipeline's Triton configs, and the
+TensorRT profiles of a model with dynamic dims come from the code that makes its
+input (``vision_serving.engine_profiles``), never from here. Sections:
 
 ``[source]``
     where the model comes from and how it becomes ONNX. ``kind`` selects a
@@ -28,11 +30,6 @@ config's ``task`` parameter) stays in the pipeline's Triton configs. Sections:
     own thresholds of the task's gate) and ``decode`` (decoding appended to its
     graph, :mod:`builders.stage_decode`: ``greedy_ctc``). It is built into
     ``<pipeline>_<role>/1/model.onnx``.
-``[engine]`` and a stage's ``engine_profiles``
-    the TensorRT optimization profiles of a model whose input has dynamic
-    dims (besides the batch): ``profiles``, a list of per-image dims, each
-    either fixed (``[3, 48, 320]``) or a range (``{ min = [...], opt = [...],
-    max = [...] }``); ``build-engine`` adds batch 1 .. ``max_batch_size``.
 ``[golden]``
     photos and what the served pipeline must answer for them (tests, rollouts).
 """
@@ -94,15 +91,6 @@ class Quantize:
 
 
 @dataclass(frozen=True)
-class DimsRange:
-    """One TensorRT optimization profile of a model's one input: its per-image dims (no batch)."""
-
-    min: tuple[int, ...]
-    opt: tuple[int, ...]
-    max: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class Stage:
     """A second-stage model (``[stages.<role>]``): built into ``<pipeline>_<role>/1/model.onnx``."""
 
@@ -111,7 +99,6 @@ class Stage:
     fix: Fix = field(default_factory=Fix)
     # ONNX metadata key -> file name: the value's lines written as a JSON list beside the postprocess config.
     metadata_lists: dict[str, str] = field(default_factory=dict)
-    engine_profiles: tuple[DimsRange, ...] = ()
     # Its own precision ladder (FP16, then FP32: INT8 would need calibration crops) and gate: the task's
     # thresholds, judged on the whole pipeline's answers with only this model lowered.
     precisions: tuple[str, ...] = ("fp32",)
@@ -138,45 +125,13 @@ class Recipe:
     golden: dict[str, Any] = field(default_factory=dict)
     precisions: tuple[str, ...] = PRECISIONS
     stages: dict[str, Stage] = field(default_factory=dict)
-    engine_profiles: tuple[DimsRange, ...] = ()
 
 
-def _dims_ranges(value: Any, where: str) -> tuple[DimsRange, ...]:
-    """``profiles`` / ``engine_profiles``: each per-image dims (fixed) or a {min, opt, max} table of them."""
-    if not isinstance(value, list):
-        raise RecipeError(f"{where}: must be a list of per-image dims or {{ min, opt, max }} tables")
-    ranges = []
-    for item in value:
-        parts = item if isinstance(item, dict) else {"min": item, "opt": item, "max": item}
-        if set(parts) != {"min", "opt", "max"}:
-            raise RecipeError(f"{where}: a profile has min, opt and max, got {sorted(parts)}")
-        dims = {}
-        for key in ("min", "opt", "max"):
-            entry = parts[key]
-            if not isinstance(entry, list) or not entry or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in entry):
-                raise RecipeError(f"{where}: {key} must be a list of positive sizes, got {entry!r}")
-            dims[key] = tuple(entry)
-        if not (len(dims["min"]) == len(dims["opt"]) == len(dims["max"])) or not all(
-            a <= b <= c for a, b, c in zip(dims["min"], dims["opt"], dims["max"])
-        ):
-            raise RecipeError(f"{where}: a profile needs min <= opt <= max, dim by dim, of one rank, got {parts}")
-        ranges.append(DimsRange(dims["min"], dims["opt"], dims["max"]))
-    return tuple(ranges)
-
-
-def engine_profiles(path: Path) -> dict[str, tuple[DimsRange, ...]]:
-    """The recipe's TensorRT profiles by model role (``core``: ``[engine] profiles``; a stage: its
-    ``engine_profiles``), read without the pipeline's configs (for ``build-engine``)."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise RecipeError(f"{path}: {error}") from None
-    where = str(path)
-    found = {"core": _dims_ranges(_section(data, "engine", where).get("profiles", []), f"{where} [engine] profiles")}
-    for role, values in _section(data, "stages", where).items():
-        if isinstance(values, dict):
-            found[role] = _dims_ranges(values.get("engine_profiles", []), f"{where} [stages.{role}] engine_profiles")
-    return found
+# Where a model's TensorRT profiles come from, for a recipe that still names them.
+PROFILES_MOVED = (
+    "TensorRT profiles are not a recipe key: they come from the code that makes the model's input (the preprocessor "
+    "for the core, the task for a second stage: vision_serving/engine_profiles.py), so they follow what it can send"
+)
 
 
 def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
@@ -232,7 +187,9 @@ def _stages(data: dict[str, Any], task: Task, where: str) -> dict[str, Stage]:
             raise RecipeError(f"{here}: must be a table")
         if not re.fullmatch(r"[a-z][a-z0-9_]*", role) or role in ("preprocess", "core", "postprocess"):
             raise RecipeError(f"{here}: the role must be a lowercase name other than preprocess, core and postprocess")
-        known = {"source", "passes", "metadata_lists", "engine_profiles", "precisions", "gate", "decode"}
+        if "engine_profiles" in values:
+            raise RecipeError(f"{here}: engine_profiles: {PROFILES_MOVED}")
+        known = {"source", "passes", "metadata_lists", "precisions", "gate", "decode"}
         unknown = sorted(set(values) - known)
         if unknown:
             raise RecipeError(f"{here}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
@@ -251,7 +208,6 @@ def _stages(data: dict[str, Any], task: Task, where: str) -> dict[str, Stage]:
             _source(_section(values, "source", here), f"{here} source"),
             Fix(tuple(values.get("passes", ()))),
             dict(lists),
-            _dims_ranges(values.get("engine_profiles", []), f"{here} engine_profiles"),
             _ladder(values.get("precisions", ["fp32"]), STAGE_PRECISIONS, f"{here} precisions"),
             gate,
             decode,
@@ -268,6 +224,8 @@ def load(path: Path, task: Task) -> Recipe:
     except tomllib.TOMLDecodeError as error:
         raise RecipeError(f"{path}: {error}") from None
     where = str(path)
+    if "engine" in data:
+        raise RecipeError(f"{where}: [engine]: {PROFILES_MOVED}")
     if "task" in data:
         raise RecipeError(f"{where}: 'task' is not a recipe key: the postprocess config's task parameter names it ({task.name} here)")
     source = _source(_section(data, "source", where), f"{where} [source]")
@@ -286,7 +244,6 @@ def load(path: Path, task: Task) -> Recipe:
         golden=_section(data, "golden", where),
         precisions=precisions,
         stages=_stages(data, task, where),
-        engine_profiles=_dims_ranges(_section(data, "engine", where).get("profiles", []), f"{where} [engine] profiles"),
     )
     overlap = sorted(set(recipe.quantize.calibration_photos) & set(recipe.quantize.evaluation_photos))
     if overlap:

@@ -8,10 +8,13 @@
   and ignored, and ``EXPLICIT_BATCH`` no longer exists), so the precision is
   exactly what the Q/DQ nodes say: no ``BuilderFlag.INT8``/``FP16`` (removed
   in 11), no calibrator (removed in 11);
-- one optimization profile per input: batch 1 .. ``max_batch_size`` of the
-  core config, ``--opt-batch`` in between, the other dims from the config;
+- optimization profiles: batch 1 .. ``max_batch_size`` of the config,
+  ``--opt-batch`` in between; fixed dims from the config, dynamic dims (and
+  their own opt batch) from the code that makes the input
+  (``vision_serving.engine_profiles``: the text detector's preprocess, the
+  text recognizer's width buckets), one plan profile each;
 - hardware compatibility ``SAME_COMPUTE_CAPABILITY`` where the bindings have it
-  (TensorRT >= 10.10): the plan serves every GPU of the compute capability that
+  (TensorRT >= 10.9): the plan serves every GPU of the compute capability that
   built it; older releases build for the GPU model at hand only (TensorRT's
   default ``NONE``), and the plan cache and ``verify-plan`` then key on the GPU
   model too, so an H100 SXM's plan is never served on an H100 PCIe or an H200;
@@ -46,12 +49,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from builders import BuildError, arguments, provenance
 from builders.artifacts import atomic_write_bytes, input_hash, sha256_file
 from vision_serving import layout, model_config
 from vision_serving.model_config import ConfigError
+
+if TYPE_CHECKING:
+    from vision_serving.tasks.base import EngineProfile
 
 CORE_MODEL = "core"
 MODEL_VERSION = layout.MODEL_VERSION
@@ -185,9 +191,9 @@ def major_minor(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-# How far a plan may travel (TensorRT's HardwareCompatibilityLevel). "same_compute_capability" (TensorRT >= 10.10's
+# How far a plan may travel (TensorRT's HardwareCompatibilityLevel). "same_compute_capability" (TensorRT >= 10.9's
 # SAME_COMPUTE_CAPABILITY): any GPU of the compute capability that built it. "none" (TensorRT's default, the only
-# choice before 10.10): only the GPU model that built it, so its cache key and its verification name the GPU model.
+# choice before 10.9): only the GPU model that built it, so its cache key and its verification name the GPU model.
 SAME_COMPUTE_CAPABILITY = "same_compute_capability"
 GPU_MODEL_ONLY = "none"
 
@@ -221,22 +227,29 @@ def cache_entry(cache_dir: Path, key: str, pipeline: str, inputs_hash: str) -> P
     return cache_dir / key / pipeline / inputs_hash[:16]
 
 
-def tensorrt_version_from_libraries(directories: Iterable[str | Path] | None = None) -> str | None:
-    """``X.Y.Z`` from ``libnvinfer.so.X.Y.Z`` (images that ship TensorRT without its Python bindings)."""
-    if directories is None:
-        directories = [*filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)), *LIBRARY_DIRS]
+def tensorrt_version_from_names(names: Iterable[str | Path]) -> str | None:
+    """``X.Y.Z`` of the newest ``libnvinfer.so.X.Y.Z[.B]`` among library file names (or paths). TensorRT ships
+    ``libnvinfer.so`` -> ``libnvinfer.so.X`` -> ``libnvinfer.so.X.Y.Z``: only the last one, the real file, names
+    the release, so the symlinks (which sort first) are not versions here."""
     found: list[tuple[int, ...]] = []
-    for directory in directories:
-        folder = Path(directory)
-        if not folder.is_dir():
-            continue
-        for library in folder.glob("libnvinfer.so.*"):
-            suffix = library.name.removeprefix("libnvinfer.so.")
-            if re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", suffix):
-                found.append(tuple(int(part) for part in suffix.split(".")))
+    for name in names:
+        suffix = Path(name).name.removeprefix("libnvinfer.so.")
+        if re.fullmatch(r"\d+\.\d+\.\d+(\.\d+)?", suffix):
+            found.append(tuple(int(part) for part in suffix.split(".")))
     if not found:
         return None
     return ".".join(str(part) for part in max(found)[:3])
+
+
+def library_dirs() -> list[str]:
+    """Where a TensorRT library is looked for: ``LD_LIBRARY_PATH``, then the folders NVIDIA's images install it in."""
+    return [*filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)), *LIBRARY_DIRS]
+
+
+def tensorrt_version_from_libraries(directories: Iterable[str | Path] | None = None) -> str | None:
+    """``X.Y.Z`` from ``libnvinfer.so.X.Y.Z`` (images that ship TensorRT without its Python bindings)."""
+    folders = [Path(directory) for directory in (library_dirs() if directories is None else directories)]
+    return tensorrt_version_from_names(library for folder in folders if folder.is_dir() for library in folder.glob("libnvinfer.so.*"))
 
 
 # --------------------------------------------------------------------------- tensorrt
@@ -337,27 +350,32 @@ def optimization_profile(core: ModelConfig, opt_batch: int | None = None) -> lis
     return profiles
 
 
-def optimization_profiles(config: ModelConfig, opt_batch: int | None = None, ranges: Sequence[Any] = ()) -> list[list[InputProfile]]:
+def optimization_profiles(
+    config: ModelConfig, opt_batch: int | None = None, ranges: Sequence[EngineProfile] = ()
+) -> list[list[InputProfile]]:
     """Every optimization profile of a model: one profile when its input dims are fixed
-    (:func:`optimization_profile`); with dynamic dims, one per ``ranges`` entry (``builders.recipe.DimsRange``:
-    per-image min/opt/max dims from the recipe), batch 1 .. ``max_batch_size`` before them."""
+    (:func:`optimization_profile`); with dynamic dims, one per ``ranges`` entry (the profiles the code that makes its
+    input gives it: :func:`vision_serving.engine_profiles.for_model`), batch 1 .. ``max_batch_size`` before them,
+    tuned for the profile's own batch (``opt_batch`` overrides it)."""
     dims = [tuple(int(d) for d in tensor.dims) for tensor in config.input]
     if all(d > 0 for shape in dims for d in shape):
         if ranges:
-            raise ConfigError(f"model '{config.name}': its input dims are fixed ({[list(d) for d in dims]}); the recipe gives it profiles")
+            raise ConfigError(
+                f"model '{config.name}': its input dims are fixed ({[list(d) for d in dims]}); its input's code gives it profiles"
+            )
         return [optimization_profile(config, opt_batch)]
     if len(config.input) != 1 or not ranges:
         raise ConfigError(
-            f"model '{config.name}': input dims {[list(d) for d in dims]} are dynamic; the plan needs the recipe's engine profiles "
-            "for its one input ([engine] profiles, or the stage's engine_profiles)"
+            f"model '{config.name}': input dims {[list(d) for d in dims]} are dynamic; the plan needs the profiles of its one input "
+            "from the code that makes it (a preprocessor's or a task's engine_profiles)"
         )
     max_batch = int(config.max_batch_size)
-    opt = max_batch if opt_batch is None else opt_batch
-    if max_batch < 1 or not 1 <= opt <= max_batch:
-        raise ConfigError(f"model '{config.name}': --opt-batch {opt} is outside 1..{max_batch} (max_batch_size)")
     tensor, shape = config.input[0], dims[0]
     profiles = []
     for item in ranges:
+        opt = item.opt_batch if opt_batch is None else opt_batch
+        if max_batch < 1 or not 1 <= opt <= max_batch:
+            raise ConfigError(f"model '{config.name}': opt batch {opt} is outside 1..{max_batch} (max_batch_size)")
         fits = len(item.max) == len(shape) and all(d == -1 or lo == hi == d for d, lo, hi in zip(shape, item.min, item.max))
         if not fits:
             raise ConfigError(f"model '{config.name}': profile {list(item.min)}..{list(item.max)} does not fit input dims {list(shape)}")
@@ -525,13 +543,16 @@ def load_core_config(pipeline: layout.Pipeline, role: str = CORE_MODEL) -> Model
     return config
 
 
-def recipe_profiles(pipeline: layout.Pipeline, role: str) -> Sequence[Any]:
-    """The recipe's engine profiles of a model (none: its dims are fixed)."""
-    from builders import recipe
-
-    if not pipeline.recipe.is_file():
+def model_profiles(pipeline: layout.Pipeline, role: str, config: ModelConfig | None = None) -> tuple[EngineProfile, ...]:
+    """The profiles of a model whose input has dynamic dims, from the code that makes its input; () when its
+    ``config`` (default: its TensorRT config) fixes them. Imported here: the serving library's preprocess and task
+    code, which the other plan steps do not need."""
+    config = load_core_config(pipeline, role) if config is None else config
+    if all(int(d) > 0 for tensor in config.input for d in tensor.dims):
         return ()
-    return recipe.engine_profiles(pipeline.recipe).get(role, ())
+    from vision_serving import engine_profiles
+
+    return engine_profiles.for_model(pipeline, role)
 
 
 def _read_provenance(path: Path) -> dict[str, Any] | None:
@@ -547,7 +568,7 @@ def _copy_atomically(source: Path, target: Path) -> None:
 
 def build_engine(settings: BuildSettings, log: Log = log_to_stderr) -> BuildResult:
     core = load_core_config(settings.pipeline, settings.role)
-    profile_sets = optimization_profiles(core, settings.opt_batch, recipe_profiles(settings.pipeline, settings.role))
+    profile_sets = optimization_profiles(core, settings.opt_batch, model_profiles(settings.pipeline, settings.role, core))
     profiles = profile_sets[0]
     if settings.workspace_mib < 1:
         raise BuildError(f"--workspace-mib must be positive, got {settings.workspace_mib}")
@@ -724,7 +745,12 @@ def current_tensorrt_version(override: str | None = None) -> tuple[str, str]:
     return str(tensorrt.__version__), "tensorrt"
 
 
-def deserialize_and_compare(plan_path: Path, core: ModelConfig) -> list[str]:
+def deserialize_and_compare(
+    plan_path: Path, core: ModelConfig, expected: Sequence[Sequence[InputProfile]] = (), log: Log = log_to_stderr
+) -> list[str]:
+    """Load the plan and compare its I/O with the config and its profiles' min and max shapes with ``expected``
+    (the profiles the code that makes its input gives it: a plan built for other shapes is refused); log each
+    profile's activation memory as TensorRT reports it (what a context reserves for it)."""
     trt = import_tensorrt()
     logger = trt.Logger(trt.Logger.ERROR)
     engine = trt.Runtime(logger).deserialize_cuda_engine(plan_path.read_bytes())
@@ -737,16 +763,29 @@ def deserialize_and_compare(plan_path: Path, core: ModelConfig) -> list[str]:
         dtype = engine.get_tensor_dtype(name)
         actual[name] = (kind, TRT_DTYPES.get(dtype.name, dtype.name), tuple(int(d) for d in engine.get_tensor_shape(name)))
     problems = compare_engine_io(expected_engine_io(core), actual)
-    if core.max_batch_size > 0:
-        for tensor in core.input:
-            if tensor.name not in actual:
-                continue
-            for index in range(engine.num_optimization_profiles):
-                max_shape = engine.get_tensor_profile_shape(tensor.name, index)[2]
-                if int(max_shape[0]) < core.max_batch_size:
-                    problems.append(
-                        f"'{tensor.name}': the plan's profile {index} allows batch {max_shape[0]}, the config's max_batch_size is {core.max_batch_size}"
-                    )
+    count = int(engine.num_optimization_profiles)
+    if expected and count != len(expected):
+        problems.append(f"the plan has {count} optimization profile(s), its input's code gives {len(expected)}")
+    for tensor in core.input:
+        if tensor.name not in actual:
+            continue
+        for index in range(count):
+            shapes = engine.get_tensor_profile_shape(tensor.name, index)
+            low, high = tuple(int(d) for d in shapes[0]), tuple(int(d) for d in shapes[2])
+            if core.max_batch_size > 0 and high[0] < core.max_batch_size:
+                problems.append(
+                    f"'{tensor.name}': the plan's profile {index} allows batch {high[0]}, the config's max_batch_size is {core.max_batch_size}"
+                )
+            wanted = next((item for item in expected[index] if item.name == tensor.name), None) if index < len(expected) else None
+            if wanted is not None and (low, high) != (wanted.min, wanted.max):
+                problems.append(
+                    f"'{tensor.name}': the plan's profile {index} is {list(low)}..{list(high)}, the code gives {list(wanted.min)}..{list(wanted.max)}"
+                )
+    memory = [int(engine.get_device_memory_size_for_profile_v2(index)) for index in range(count)]
+    log(
+        f"{plan_path}: activation memory per profile (TensorRT): "
+        + ", ".join(f"{index}: {size / 2**20:.1f} MiB" for index, size in enumerate(memory))
+    )
     return problems
 
 
@@ -775,7 +814,8 @@ def verify_plan(
     visible = list(gpus) if gpus is not None else query_gpus()
     problems += compare_provenance(record, version, visible)
     if not problems and deserialize:
-        problems += deserialize_and_compare(plan_path, load_core_config(pipeline, role))
+        core = load_core_config(pipeline, role)
+        problems += deserialize_and_compare(plan_path, core, optimization_profiles(core, None, model_profiles(pipeline, role, core)), log)
     if problems:
         raise VerificationError(f"{plan_path}: " + "; ".join(problems) + " -> rebuild it on this node (python -m builders build-engine)")
     log(
@@ -855,7 +895,10 @@ def add_build_engine_step(subparsers: argparse._SubParsersAction[argparse.Argume
     )
     parser.add_argument("--output", type=Path, metavar="PATH", help=f"where to write the plan (default: <pipeline>_core/1/{PLAN_FILENAME})")
     parser.add_argument(
-        "--opt-batch", type=arguments.positive_int, metavar="N", help="the profile's optimal batch (default: max_batch_size)"
+        "--opt-batch",
+        type=arguments.positive_int,
+        metavar="N",
+        help="the core's profiles' optimal batch (default: a dynamic-shape model's own, else max_batch_size)",
     )
     parser.add_argument(
         "--workspace-mib",
@@ -909,21 +952,32 @@ def add_verify_plan_step(subparsers: argparse._SubParsersAction[argparse.Argumen
 # --------------------------------------------------------------------------- the images: the same TensorRT release
 
 
+# What a user changes to pick the images (versions.env, read by docker compose --env-file and passed to both
+# Dockerfiles as their one build arg): the images are nvcr.io/nvidia/{tensorrt,tritonserver}:${TRITON_RELEASE}-py3.
+RELEASE_VARIABLE = "TRITON_RELEASE"
+
+
 def release_mismatch(builder_version: str, server_version: str) -> str | None:
     """Why plans the builder image builds would not load in the server image (None: they would)."""
     if release(builder_version) == release(server_version):
         return None
     return (
         f"the builder image has TensorRT {release(builder_version)}, the server image {release(server_version)}: plans built by "
-        "one do not load in the other. NVIDIA has built a tritonserver:YY.MM on the previous month's base: pick tags whose "
-        "TensorRT releases match (TRITONSERVER_BASE_IMAGE and TENSORRT_BASE_IMAGE in versions.env)"
+        "one do not load in the other. NVIDIA has built a tritonserver:YY.MM on the previous month's base: set "
+        f"{RELEASE_VARIABLE} in versions.env (the build arg of docker/builder.Dockerfile and docker/server.Dockerfile) to a "
+        "release whose tensorrt and tritonserver images carry the same TensorRT"
     )
 
 
 def run_same_tensorrt(args: argparse.Namespace) -> int:
-    server = args.server_version or tensorrt_version_from_libraries()
+    if args.server_version:
+        server, where = args.server_version, "--server-version"
+    elif args.server_library is not None:
+        server, where = tensorrt_version_from_names(args.server_library), "the server image's libnvinfer files"
+    else:
+        server, where = tensorrt_version_from_libraries(), f"{', '.join(library_dirs())}"
     if server is None:
-        raise BuildError("no libnvinfer.so.X.Y.Z found here: run this in the server image, or pass --server-version")
+        raise BuildError(f"no libnvinfer.so.X.Y.Z in {where}: run this in the server image, or pass --server-version or --server-library")
     problem = release_mismatch(args.builder_version, server)
     if problem is not None:
         raise VerificationError(problem)
@@ -943,6 +997,13 @@ def add_same_tensorrt_step(subparsers: argparse._SubParsersAction[argparse.Argum
     )
     parser.add_argument("--builder-version", required=True, metavar="X.Y.Z", help="tensorrt.__version__ in the builder image")
     parser.add_argument("--server-version", metavar="X.Y.Z", help="the server image's TensorRT (default: libnvinfer.so.X.Y.Z here)")
+    parser.add_argument(
+        "--server-library",
+        action="append",
+        metavar="NAME",
+        help="a libnvinfer.so.* file name found in the server image (repeat for each; symlinks included): the release is "
+        "read from the versioned one (docker/check-tensorrt.sh)",
+    )
     parser.set_defaults(run=run_same_tensorrt)
 
 

@@ -22,6 +22,24 @@ and Triton's own work around them. The planner's inputs, measured on the machine
 - **memory**: resident memory of each Python step's instance after the load (the largest seen), less
   the shared memory the tensors travel through (the pod's /dev/shm volume, counted once).
 
+- **shared memory**: per Python step, the most bytes one request moves through the Python backend's shared memory
+  (``--measure-shm``, also part of ``--measure``): its input and output tensors and, for a postprocess that calls
+  second stages, every BLS request's input and output (a BLS output comes back into the stub's region), measured in
+  process through the served code on every upload kind and the text mix.
+
+The pod's ``/dev/shm`` holds one region per Python step instance, grown to the most that instance ever held at
+once and never shrunk (python_backend's ``SharedMemoryManager::GrowIfNeeded``); an instance runs one batch at a time.
+So ``/dev/shm`` = the sum over every pipeline's sized instances of ``max_batch_size`` x the step's largest request,
+plus each region's first 1 MiB: every instance at its largest batch of its largest request (:func:`dshm_gib`).
+
+**GPU memory** (``--gpu-memory``): every plan of the pod, estimated from shapes by
+:mod:`builders.engine_memory` (activations at each profile's maximum, I/O buffers, weights; an estimate, recorded
+in ``benchmarks/results/gpu_memory.json``), plus an allowance for the CUDA context and TensorRT's runtime. A
+model whose instance runs several profiles (shapes that cannot share a batch, so their executions queue on the
+instance's one stream) gets two instances where the pod, at 1.5 x the estimate, still fits ``--gpu-memory-gib`` at
+90 % (Triton's optimization guide: two instances let one's transfers overlap the other's compute), else one; measure
+with ``perf_analyzer`` on a GPU to go further (:func:`choose_instances`).
+
 Planning, for ``--utilization`` U of each vCPU (headroom for bursts and the kernel, default 0.7):
 ``images/s per vCPU = U x 1000 / (step ms + overhead ms)``; a pod with V vCPUs and one GPU serves
 ``min(V x that, GPU images/s)``; pods = target / that, rounded up; memory per pod = the sized
@@ -61,6 +79,22 @@ CPU_STEPS = ("preprocess", "postprocess")
 # Host memory of the CUDA context, TensorRT's runtime and the plans' host copies in the server
 # process on a GPU: not measurable here (no GPU), an allowance the Deployment adds (docs/sizing.md).
 CUDA_HOST_GIB = 3.0
+GPU_MEMORY = layout.REPOSITORY_ROOT / "benchmarks" / "results" / "gpu_memory.json"
+# The GPU a pod is planned for (the smallest of the 16 to 24 GiB inference GPUs), the share of it planned (the rest:
+# fragmentation, TensorRT's tactic scratch), and the CUDA context and TensorRT runtime of the server process (not
+# estimable from shapes: an allowance).
+DEFAULT_GPU_MEMORY_GIB = 16.0
+GPU_MEMORY_SHARE = 0.9
+GPU_RUNTIME_GIB = 1.0
+# The estimate has not been checked against TensorRT's own figures (no GPU where it was written): the instances are
+# chosen for 1.5 x the estimate. verify-plan --deserialize logs each profile's real activations on a GPU.
+ESTIMATE_MARGIN = 1.5
+# Instances worth giving a model whose one instance runs several profiles: two let one instance's copies overlap the
+# other's compute (Triton's optimization guide, "Model Instances"); more only by measurement.
+PLANNED_INSTANCES = 2
+# Each Python step instance's shared memory region starts at 1 MiB (the backend's shm-default-byte-size).
+SHM_REGION_START = 1 << 20
+SHM_KINDS = (*KINDS, "text")
 # Load before the measured window: a fresh server's first seconds cost more CPU per request
 # (first imports and drift tests in each instance): 10.3 against 6.5-6.9 ms in the classifier's preprocess.
 SERVING_WARMUP_S = 10.0
@@ -91,6 +125,7 @@ class Plan:
     vcpus_to_fill_gpu: float
     vcpus_per_pod: float
     memory_gib_per_pod: float
+    dshm_gib_per_pod: float | None  # None: the shared memory was not measured
     pod_images_per_s: float
     target: float
     pods: int
@@ -125,6 +160,101 @@ def memory_gib_per_pod(costs: dict[str, Any], vcpus: float) -> float:
     return mib / 1024
 
 
+def dshm_gib(costs: dict[str, Any], vcpus: float) -> float:
+    """The pod's /dev/shm: every Python step instance, sized to ``vcpus``, holding its largest batch
+    (``max_batch_size``) of the step's largest measured request at once, plus each region's first MiB."""
+    total = 0
+    for name, measured in costs["pipelines"].items():
+        if "shm" not in measured:
+            raise ValueError(f"no shared-memory measurement for pipeline {name!r} (run python -m devtools.capacity --measure-shm)")
+        for step, instance in measured["instances"].items():
+            count = instance["count"]
+            if instance["sized"]:
+                count = cpu_sizing.step_layout(vcpus, instance["cpu_share"], instance["max_instances"]).instances
+            total += count * (instance["max_batch_size"] * measured["shm"][step]["bytes"] + SHM_REGION_START)
+    return total / 2**30
+
+
+def gpu_pod_bytes(models: list[dict[str, Any]], counts: dict[str, int] | None = None) -> int:
+    """Every plan's estimated bytes on the pod's GPU (``counts``: instances by model, else each config's)."""
+    from builders.engine_memory import ModelMemory
+
+    total = 0
+    for data in models:
+        model = ModelMemory.from_dict(data)
+        total += model.with_instances((counts or {}).get(model.model, model.instances)).total
+    return total
+
+
+def choose_instances(models: list[dict[str, Any]], gpu_memory_gib: float = DEFAULT_GPU_MEMORY_GIB) -> dict[str, int]:
+    """Instances of each model whose instance runs several profiles: two where the pod (every other model at its
+    config's count, these chosen smallest first), at ``ESTIMATE_MARGIN`` x the estimate, still fits ``gpu_memory_gib``
+    at 90 % with the runtime allowance, else one. Models with one profile keep their config's count (not in the result)."""
+    from builders.engine_memory import ModelMemory
+
+    budget = (GPU_MEMORY_SHARE * gpu_memory_gib - GPU_RUNTIME_GIB) * 2**30 / ESTIMATE_MARGIN
+    planned = sorted((ModelMemory.from_dict(data) for data in models if len(data["profiles"]) > 1), key=lambda m: m.per_instance)
+    counts = {model.model: 1 for model in planned}
+    for model in planned:
+        trial = {**counts, model.model: PLANNED_INSTANCES}
+        if gpu_pod_bytes(models, trial) <= budget:
+            counts = trial
+    return counts
+
+
+def load_gpu_memory(path: Path = GPU_MEMORY) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def estimate_gpu_memory(command: str, repository: Path = layout.MODEL_REPOSITORY) -> dict[str, Any]:
+    """Every plan's GPU memory estimated from shapes (builders.engine_memory), with the configs' instances."""
+    from builders import engine_memory
+
+    return {
+        "command": command,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "estimate": "from ONNX shapes, not measured: activations = the peak of live intermediate tensors at each profile's "
+        "max shape and max_batch_size (builders/engine_memory.py)",
+        "gpu_runtime_gib": GPU_RUNTIME_GIB,
+        "models": [model.to_dict() for model in engine_memory.pod_models(repository)],
+    }
+
+
+def render_gpu_memory(estimated: dict[str, Any], gpu_memory_gib: float = DEFAULT_GPU_MEMORY_GIB) -> str:
+    from builders.engine_memory import ModelMemory
+
+    mib = 2**20
+    lines = [
+        f"GPU memory per pod, an ESTIMATE from shapes (`{estimated['command']}`, {estimated['created_at']}): TensorRT activations "
+        "at each profile's max shape and max_batch_size (peak of live tensors in the ONNX graph), I/O buffers, weights.",
+        "",
+        "| model | precision | profiles: activations at max (MiB) | contexts (MiB) | I/O (MiB) | weights (MiB) | per instance (MiB) | instances | total (MiB) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    models = [ModelMemory.from_dict(data) for data in estimated["models"]]
+    for m in models:
+        profiles = ", ".join(f"{p.name} {p.activations / mib:.0f}" for p in m.profiles)
+        strategy = "" if len(m.profiles) == 1 else f" ({m.strategy})"
+        lines.append(
+            f"| {m.model} | {m.precision} | {profiles} | {m.contexts / mib:.0f}{strategy} | {m.io_buffers / mib:.0f} | {m.weights / mib:.1f} | "
+            f"{m.per_instance / mib:.0f} | {m.instances} | {m.total / mib:.0f} |"
+        )
+    total = gpu_pod_bytes(estimated["models"]) / 2**30
+    needed = total + estimated["gpu_runtime_gib"]
+    budget = GPU_MEMORY_SHARE * gpu_memory_gib
+    chosen = choose_instances(estimated["models"], gpu_memory_gib)
+    lines += [
+        "",
+        f"Pod: {total:.1f} GiB of plans + {estimated['gpu_runtime_gib']:g} GiB CUDA context and TensorRT runtime (an allowance) = "
+        f"{needed:.1f} GiB; a {gpu_memory_gib:g} GiB GPU planned at {100 * GPU_MEMORY_SHARE:.0f} % ({budget:.1f} GiB): "
+        f"{'fits' if needed <= budget else 'DOES NOT FIT'}.",
+        f"Instances of the models whose instance runs several profiles (two where the pod fits at {ESTIMATE_MARGIN:g} x the "
+        "estimate, else one): "
+        + ", ".join(f"{name} {count} (config: {next(m.instances for m in models if m.model == name)})" for name, count in chosen.items()),
+    ]
+    return "\n".join(lines)
+
+
 def plan(
     costs: dict[str, Any],
     pipeline: str,
@@ -153,6 +283,7 @@ def plan(
         vcpus_to_fill_gpu=gpu_images_per_s / per_vcpu,
         vcpus_per_pod=vcpus_per_pod,
         memory_gib_per_pod=memory_gib_per_pod(costs, vcpus_per_pod),
+        dshm_gib_per_pod=dshm_gib(costs, vcpus_per_pod) if all("shm" in m for m in costs["pipelines"].values()) else None,
         pod_images_per_s=pod,
         target=target,
         pods=pods,
@@ -168,7 +299,8 @@ def render_plan(result: Plan, costs: dict[str, Any], gpu_images_per_s: float) ->
             f"  CPU per image:     {result.cpu_ms_per_image:.2f} ms (steps + serving overhead), measured on {cpu.describe(costs['machine'])}",
             f"  per vCPU:          {result.images_per_s_per_vcpu:.0f} images/s at {100 * (result.images_per_s_per_vcpu * result.cpu_ms_per_image / 1000):.0f} % use",
             f"  vCPUs:             {result.vcpus_per_1000:.1f} per 1000 images/s; {result.vcpus_to_fill_gpu:.1f} to keep one GPU busy",
-            f"  per pod:           {result.vcpus_per_pod:g} vCPUs, {result.memory_gib_per_pod:.1f} GiB memory (every pipeline's sized instances)",
+            f"  per pod:           {result.vcpus_per_pod:g} vCPUs, {result.memory_gib_per_pod:.1f} GiB memory (every pipeline's sized instances)"
+            + (f", {result.dshm_gib_per_pod:.1f} GiB /dev/shm" if result.dshm_gib_per_pod is not None else ", /dev/shm not measured"),
             f"  one pod serves:    {result.pod_images_per_s:.0f} images/s ({result.bottleneck}-bound)",
             f"  pods needed:       {result.pods}",
             f"  GPU use:           {100 * result.gpu_utilization:.0f} % of each pod's GPU",
@@ -183,8 +315,8 @@ def render_table(costs: dict[str, Any], gpu_images_per_s: float, vcpus_per_pod: 
         f"{100 * utilization:.0f} % of each vCPU used; one GPU of {gpu_images_per_s:g} images/s per pod of {vcpus_per_pod:g} vCPUs.",
         "",
         "| pipeline | uploads | CPU ms/image | images/s per vCPU | vCPUs per 1000 images/s | vCPUs to fill the GPU | "
-        "one pod: images/s | GPU use | memory per pod |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "one pod: images/s | GPU use | memory per pod | /dev/shm per pod |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for pipeline in costs["pipelines"]:
         for mix in MIXES:
@@ -192,7 +324,8 @@ def render_table(costs: dict[str, Any], gpu_images_per_s: float, vcpus_per_pod: 
             lines.append(
                 f"| {pipeline} | {mix} | {p.cpu_ms_per_image:.2f} | {p.images_per_s_per_vcpu:.0f} | {p.vcpus_per_1000:.1f} | "
                 f"{p.vcpus_to_fill_gpu:.1f} | {p.pod_images_per_s:.0f} ({p.bottleneck}) | "
-                f"{100 * p.pod_images_per_s / gpu_images_per_s:.0f} % | {p.memory_gib_per_pod:.1f} GiB |"
+                f"{100 * p.pod_images_per_s / gpu_images_per_s:.0f} % | {p.memory_gib_per_pod:.1f} GiB | "
+                + (f"{p.dshm_gib_per_pod:.1f} GiB |" if p.dshm_gib_per_pod is not None else "– |")
             )
     return "\n".join(lines)
 
@@ -309,8 +442,71 @@ def _instances(pipeline: layout.Pipeline) -> dict[str, dict[str, Any]]:
             "count": config.instance_group[0].count if config.instance_group else 1,
             "cpu_share": model_config.float_parameter(config, cpu_sizing.SHARE_PARAMETER) if sized else None,
             "max_instances": model_config.int_parameter(config, cpu_sizing.MAX_INSTANCES_PARAMETER, cpu_sizing.DEFAULT_MAX_INSTANCES),
+            "max_batch_size": int(config.max_batch_size) or 1,
         }
     return found
+
+
+def tensor_bytes(array: Any) -> int:
+    """What a tensor takes in the Python backend's shared memory: its data; a BYTES tensor's elements with their
+    4-byte length prefixes; a ragged batch (photos of different shapes), each photo's array."""
+    array = np.asarray(array)
+    if array.dtype == object:
+        if array.ndim == 1 and all(isinstance(item, np.ndarray) for item in array):
+            return sum(tensor_bytes(item) for item in array)
+        return sum(len(item if isinstance(item, bytes) else str(item).encode()) + 4 for item in array.reshape(-1))
+    return int(array.nbytes)
+
+
+def shm_per_request(pipeline: layout.Pipeline) -> dict[str, dict[str, Any]]:
+    """Per Python step, the most bytes one request of one photo moves through the Python backend's shared memory, over
+    the upload kinds and the text mix, through the served code in process: the preprocess's encoded photo in and its
+    tensors out; the postprocess's tensors in and out, and each request it sends a second stage (its input, as sent,
+    and its output, which comes back into the stub's region), all alive at once as the postprocess awaits them."""
+    from benchmarks import inprocess
+
+    served = inprocess.load(pipeline)
+    sent = [0]
+
+    def recording(infer: Any) -> Any:
+        async def run(batch: np.ndarray) -> np.ndarray:
+            output = await infer(batch)
+            sent[0] += np.ascontiguousarray(batch, dtype=np.float32).nbytes + tensor_bytes(output)
+            return output
+
+        return run
+
+    if served.stage_cores:
+        served.postprocessor.use_stages({role: recording(stage.infer) for role, stage in served.stage_cores.items()})
+    found: dict[str, dict[str, Any]] = {step: {"bytes": 0, "photo": ""} for step in CPU_STEPS}
+    for kind in SHM_KINDS:
+        for payload in images.upload_mix(kind):
+            preprocessed = served.preprocessed([served.decode(payload.data)])  # the preprocess's outputs, by ensemble name
+            tensors = served.with_core(preprocessed)
+            sent[0] = 0
+            result = served.postprocess(tensors)
+            sizes = {
+                "preprocess": len(payload.data) + 4 + sum(tensor_bytes(v) for v in preprocessed.values()),
+                "postprocess": sum(tensor_bytes(v) for v in served.postprocess_inputs(tensors).values() if v is not None)
+                + sum(tensor_bytes(v) for v in result.outputs().values())
+                + sent[0],
+            }
+            for step, size in sizes.items():
+                if size > found[step]["bytes"]:
+                    found[step] = {"bytes": size, "photo": f"{kind}/{payload.name}"}
+    return found
+
+
+def measure_shm(costs: dict[str, Any], repository: Path = layout.MODEL_REPOSITORY) -> dict[str, Any]:
+    """``costs`` with every pipeline's shared memory per request measured again (and its steps' batch sizes)."""
+    for pipeline in layout.pipelines(repository):
+        if pipeline.name not in costs["pipelines"]:
+            raise ValueError(f"no measured costs for pipeline {pipeline.name!r}: run python -m devtools.capacity --measure")
+        print(f"capacity: {pipeline.name}: shared memory per request...", file=sys.stderr, flush=True)
+        row = costs["pipelines"][pipeline.name]
+        row["instances"] = _instances(pipeline)
+        row["shm"] = shm_per_request(pipeline)
+    return costs
 
 
 def measure(repeats: int, duration_s: float, concurrency: int, command: str, repository: Path = layout.MODEL_REPOSITORY) -> dict[str, Any]:
@@ -324,7 +520,11 @@ def measure(repeats: int, duration_s: float, concurrency: int, command: str, rep
     }
     for pipeline in chosen:
         print(f"capacity: {pipeline.name}: step costs...", file=sys.stderr, flush=True)
-        costs["pipelines"][pipeline.name] = {"steps": step_costs(pipeline, repeats), "instances": _instances(pipeline)}
+        costs["pipelines"][pipeline.name] = {
+            "steps": step_costs(pipeline, repeats),
+            "instances": _instances(pipeline),
+            "shm": shm_per_request(pipeline),
+        }
     served = serving_costs(chosen, duration_s, concurrency)
     costs["server_mib"] = served["server_mib"]
     for name, measured in served["pipelines"].items():
@@ -407,6 +607,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--all", action="store_true", help="the table of every pipeline and mix")
     parser.add_argument("--measure", action="store_true", help=f"measure this machine's costs first (writes {RESULTS.name})")
+    parser.add_argument(
+        "--measure-shm",
+        action="store_true",
+        help=f"measure only the shared memory per request of each Python step, into the existing {RESULTS.name}",
+    )
+    parser.add_argument(
+        "--gpu-memory",
+        action="store_true",
+        help=f"estimate every plan's GPU memory from the built ONNX's shapes (writes {GPU_MEMORY.name}) and print it",
+    )
+    parser.add_argument(
+        "--gpu-memory-gib",
+        type=float,
+        default=DEFAULT_GPU_MEMORY_GIB,
+        help="the GPU's memory the pod is planned for (default: %(default)s)",
+    )
+    parser.add_argument("--gpu-memory-file", type=Path, default=GPU_MEMORY, help="the GPU memory estimate (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="--measure: passes per step cost (best of)")
     parser.add_argument("--duration", type=float, default=8.0, help="--measure: seconds of load per pipeline")
     parser.add_argument("--concurrency", type=int, default=8, help="--measure: clients of the load")
@@ -426,15 +643,31 @@ def main(argv: list[str] | None = None) -> int:
         cpu_sets = [frozenset(int(part) for part in text.split(",")) for text in args.scaling]
         print(scaling(layout.pipeline(args.pipeline or "image_classifier"), cpu_sets, args.rounds, args.duration, args.concurrency))
         return 0
+    command = " ".join(["python -m devtools.capacity", *(argv if argv is not None else sys.argv[1:])])
     try:
+        if args.gpu_memory:
+            estimated = estimate_gpu_memory(command, args.model_repository)
+            args.gpu_memory_file.parent.mkdir(parents=True, exist_ok=True)
+            args.gpu_memory_file.write_text(json.dumps(estimated, indent=2) + "\n")
+            print(render_gpu_memory(estimated, args.gpu_memory_gib))
+            if not (args.measure or args.measure_shm or args.all or args.pipeline):
+                return 0
         if args.measure:
-            command = " ".join(["python -m devtools.capacity", *(argv if argv is not None else sys.argv[1:])])
             costs = measure(args.repeats, args.duration, args.concurrency, command, args.model_repository)
             args.costs.parent.mkdir(parents=True, exist_ok=True)
+            args.costs.write_text(json.dumps(costs, indent=2) + "\n")
+        elif args.measure_shm:
+            costs = measure_shm(load(args.costs), args.model_repository)
+            costs["shm_command"] = command
+            costs["shm_created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
             args.costs.write_text(json.dumps(costs, indent=2) + "\n")
         costs = load(args.costs)
         if args.all or not args.pipeline:
             print(render_table(costs, args.gpu_images_per_s, args.vcpus_per_pod, args.utilization))
+            recorded = load_gpu_memory(args.gpu_memory_file)
+            if recorded is not None and not args.gpu_memory:
+                print()
+                print(render_gpu_memory(recorded, args.gpu_memory_gib))
         if args.pipeline:
             result = plan(costs, args.pipeline, args.mix, args.target, args.gpu_images_per_s, args.vcpus_per_pod, args.utilization)
             print(render_plan(result, costs, args.gpu_images_per_s))

@@ -12,7 +12,9 @@ time, often cryptically: each ensemble step's ``input_map``/``output_map``
 names exist on the composing model with matching dtypes and dims, every
 required input is fed, every ensemble output is produced, batch sizes fit;
 the config variants of one model (TensorRT vs CPU) expose identical tensors;
-built ONNX files match the config that serves them; preprocessing parameters,
+built ONNX files match the config that serves them; a TensorRT config whose input dims are dynamic lists
+every profile its input's code gives it in each instance group, reserves each profile's memory alone when they
+share an instance, and warms each up (``vision_serving.engine_profiles``); preprocessing parameters,
 each postprocess model's task parameters (its tensors by role, a detector's head
 options and its input size, label files) agree with the tensors they describe.
 Exit code 1 lists every problem found.
@@ -24,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import drift, layout, model_config, preprocessing, preprocessors, queue_policy
+from . import drift, engine_profiles, layout, model_config, preprocessing, preprocessors, queue_policy
 from .model_config import ConfigError, ModelConfig
 from .tasks import registry
 
@@ -319,6 +321,7 @@ def check_pipeline(repository: Path) -> list[str]:
                 version_dirs = sorted(p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit())
                 problems += check_onnx(config, version_dirs)
     problems += queue_policy.check_pipeline(models, repository)
+    problems += engine_profiles.check_pipeline(pipeline, models)
     # Every variant combination an ensemble can meet: each config name, falling back to config.pbtxt.
     variant_names = sorted({v for variants in models.values() for v in variants})
     for variants in models.values():

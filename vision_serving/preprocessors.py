@@ -21,6 +21,7 @@ import numpy as np
 
 from . import image_codec, model_config
 from .model_config import ConfigError, ModelConfig
+from .tasks.base import EngineProfile
 from .tasks.text_reading import steps as text_steps
 from .tasks.text_reading.settings import DEFAULT as TEXT_DEFAULTS
 
@@ -73,8 +74,14 @@ def check_text_detection(config: ModelConfig) -> list[str]:
     return []
 
 
+def text_detection_profiles(config: ModelConfig) -> tuple[EngineProfile, ...]:
+    """The detector's TensorRT profiles: the inputs this preprocess can send (:func:`text_steps.detector_profiles`)."""
+    return text_steps.detector_profiles(TEXT_DEFAULTS.detection, max_detector_side(config))
+
+
 PREPROCESSORS: dict[str, Callable[[ModelConfig], Preprocess]] = {"text_detection": text_detection}
 CHECKS: dict[str, Callable[[ModelConfig], list[str]]] = {"text_detection": check_text_detection}
+PROFILES: dict[str, Callable[[ModelConfig], tuple[EngineProfile, ...]]] = {"text_detection": text_detection_profiles}
 
 
 def kind(config: ModelConfig) -> str:
@@ -99,3 +106,10 @@ def check(config: ModelConfig) -> list[str]:
     except ConfigError as error:
         return [str(error)]
     return [] if name == IMAGE_TO_TENSOR else CHECKS[name](config)
+
+
+def engine_profiles(config: ModelConfig) -> tuple[EngineProfile, ...]:
+    """The TensorRT profiles of the core this preprocess feeds, from the shapes it can send: () for the
+    image-to-tensor resize (the core's config fixes its dims)."""
+    name = kind(config)
+    return () if name == IMAGE_TO_TENSOR else PROFILES[name](config)

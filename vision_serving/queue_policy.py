@@ -23,7 +23,8 @@ Used by ``python -m vision_serving.consistency``; the sizes themselves come from
 - **Warm-up samples** (``model_warmup``) match the model's inputs: every input
   named once with its dtype and dims, one data source each, a batch size between
   1 and ``max_batch_size``, ``input_data_file`` present in the model's ``warmup/``
-  folder (where Triton reads it).
+  folder (where Triton reads it). A TensorRT model whose input has dynamic dims also
+  warms up every profile (``vision_serving.engine_profiles``).
 """
 
 from __future__ import annotations

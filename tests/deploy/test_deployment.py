@@ -88,8 +88,7 @@ def test_versions_env_is_shell_sourceable_and_consistent(versions):
     assert {k: sourced.get(k) for k in versions} == versions
     release = versions["TRITON_RELEASE"]
     assert re.fullmatch(r"\d\d\.\d\d", release)
-    assert versions["TRITONSERVER_BASE_IMAGE"] == f"nvcr.io/nvidia/tritonserver:{release}-py3"
-    assert versions["TENSORRT_BASE_IMAGE"] == f"nvcr.io/nvidia/tensorrt:{release}-py3"
+    assert not {key for key in versions if key.endswith("_BASE_IMAGE")}, "the Dockerfiles take TRITON_RELEASE alone: no image to edit here"
     for key in ("SERVER_IMAGE", "BUILDER_IMAGE"):
         assert versions[key].split(":")[1].startswith(f"{release}-"), key
     assert (ROOT / versions["SERVE_REQUIREMENTS"]).is_file()
@@ -100,7 +99,7 @@ def test_dockerfiles_take_the_versions_env_tag(versions):
         text = path.read_text()
         assert re.search(rf"^ARG TRITON_RELEASE={re.escape(versions['TRITON_RELEASE'])}$", text, re.MULTILINE), path.name
         *_, base = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)  # the last stage is the image (server: after the TensorRT check's)
-        expected = versions["TRITONSERVER_BASE_IMAGE" if name == "server" else "TENSORRT_BASE_IMAGE"]
+        expected = f"nvcr.io/nvidia/{'tritonserver' if name == 'server' else 'tensorrt'}:{versions['TRITON_RELEASE']}-py3"
         assert base.replace("${TRITON_RELEASE}", versions["TRITON_RELEASE"]) == expected, path.name
         assert "${TRITON_RELEASE}" in base, f"{path.name}: the base tag must come from the build arg"
     assert re.search(rf"^ARG MODELOPT_VERSION={re.escape(versions['MODELOPT_VERSION'])}$", DOCKERFILES["builder"].read_text(), re.MULTILINE)
@@ -364,21 +363,57 @@ def memory_gib(quantity: str) -> float:
     return float(quantity[:-2]) * units[quantity[-2:]]
 
 
-def test_the_servers_cpu_and_memory_follow_from_the_sizing_and_the_measured_costs(triton):
-    """CPU request = limit (the sizing reads the limit; the scheduler reserves what is sized for); memory
-    covers what the planner computes for that limit from the committed measurements (of every served pipeline),
-    the 1 GiB /dev/shm and the CUDA/TensorRT host allowance docs/sizing.md names."""
+def test_the_servers_cpu_and_memory_follow_from_the_sizing_and_the_measured_costs(pod_spec, triton, compose):
+    """CPU request = limit (the sizing reads the limit; the scheduler reserves what is sized for); /dev/shm holds what
+    the planner computes travels through it for that limit (every Python step instance at its largest batch of its
+    largest measured request), and compose's for the most instances any CPU count gives; memory covers the planner's
+    figure for that limit from the committed measurements (of every served pipeline), the /dev/shm volume and the
+    CUDA/TensorRT host allowance docs/sizing.md names."""
     from devtools import capacity
 
     resources = triton["resources"]
     assert resources["requests"]["cpu"] == resources["limits"]["cpu"]
-    assert capacity.deployment_vcpus() == capacity.cpu_quantity(resources["limits"]["cpu"])
+    vcpus = capacity.deployment_vcpus()
+    assert vcpus == capacity.cpu_quantity(resources["limits"]["cpu"])
     measured = capacity.load()
-    unmeasured = sorted({pipeline.name for pipeline in layout.pipelines(layout.MODEL_REPOSITORY)} - set(measured["pipelines"]))
+    served = {pipeline.name: pipeline for pipeline in layout.pipelines(layout.MODEL_REPOSITORY)}
+    unmeasured = sorted(set(served) - set(measured["pipelines"]))
     assert not unmeasured, f"{capacity.RESULTS} has no costs of {unmeasured}: run python -m devtools.capacity --measure"
-    needed = capacity.memory_gib_per_pod(measured, capacity.deployment_vcpus()) + 1.0 + capacity.CUDA_HOST_GIB
+    for name, pipeline in served.items():  # the batch sizes the shared memory was planned with are the configs'
+        for step, instance in measured["pipelines"][name]["instances"].items():
+            config = model_config.load_config(pipeline.model_dir(step))
+            assert instance["max_batch_size"] == config.max_batch_size, f"{name} {step}: run python -m devtools.capacity --measure-shm"
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    (shm,) = [m for m in triton["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    dshm = memory_gib(volumes[shm["name"]]["emptyDir"]["sizeLimit"])
+    assert capacity.dshm_gib(measured, vcpus) <= dshm <= 1.5 * capacity.dshm_gib(measured, vcpus) + 1
+    most = capacity.dshm_gib(measured, 1024)  # every step at its max_instances
+    assert most <= float(compose["services"]["server"]["shm_size"].removesuffix("gb")) <= 1.5 * most + 1
+    needed = capacity.memory_gib_per_pod(measured, vcpus) + dshm + capacity.CUDA_HOST_GIB
     assert memory_gib(resources["requests"]["memory"]) == memory_gib(resources["limits"]["memory"]) >= needed
     assert memory_gib(resources["limits"]["memory"]) <= 2 * needed, "far more than the pod needs: the node's memory is wasted"
+
+
+def test_the_recognizer_s_instances_are_the_capacity_planner_s_choice():
+    """Where no GPU measured it, a model whose instance runs several profiles has the instances the planner chooses
+    from the committed GPU memory estimate; that estimate is of the configs and profiles as they are now."""
+    from builders import tensorrt_engine as te
+    from devtools import capacity
+
+    estimated = capacity.load_gpu_memory()
+    assert estimated is not None, f"{capacity.GPU_MEMORY}: run python -m devtools.capacity --gpu-memory"
+    recorded = {model["model"]: model for model in estimated["models"]}
+    for pipeline in layout.pipelines(layout.MODEL_REPOSITORY):
+        for role in te.engine_roles(pipeline):
+            config = te.load_core_config(pipeline, role)
+            model = recorded.get(config.name)
+            assert model is not None, f"{config.name} is not in {capacity.GPU_MEMORY.name}: run python -m devtools.capacity --gpu-memory"
+            shapes = [list(profile[0].max) for profile in te.optimization_profiles(config, None, te.model_profiles(pipeline, role, config))]
+            assert [p["max_shape"] for p in model["profiles"]] == shapes, f"{config.name}: profiles changed since the estimate"
+            assert model["instances"] == sum(group.count for group in config.instance_group), config.name
+    chosen = capacity.choose_instances(estimated["models"])
+    assert chosen["text_reader_core_recognizer"] == recorded["text_reader_core_recognizer"]["instances"] == 2
+    assert all(recorded[name]["instances"] == count for name, count in chosen.items())
 
 
 def builder_commands(script: str) -> list[list[str]]:
@@ -1012,36 +1047,71 @@ def test_the_builder_script_builds_every_pipeline(tmp_path):
     assert line.startswith("build_artifacts: error: no pipeline in")
 
 
-def fake_docker(directory: Path, builder_tensorrt: str, server_library: str) -> None:
-    """A `docker` whose `run IMAGE` answers as the two upstream images would: tensorrt.__version__ or libnvinfer's path."""
+def tensorrt_libraries(root: Path, version: str) -> Path:
+    """``root/usr/lib/x86_64-linux-gnu`` as NVIDIA's images ship TensorRT ``version`` (X.Y.Z): the real library and its
+    two symlinks (``libnvinfer.so.X`` sorts before ``libnvinfer.so.X.Y.Z``), beside the plugin library's."""
+    folder = root / "usr" / "lib" / "x86_64-linux-gnu"
+    folder.mkdir(parents=True)
+    major = version.split(".")[0]
+    for library in ("libnvinfer", "libnvinfer_plugin"):
+        (folder / f"{library}.so.{version}").write_bytes(b"\x7fELF")
+        (folder / f"{library}.so.{major}").symlink_to(f"{library}.so.{version}")
+        (folder / f"{library}.so").symlink_to(f"{library}.so.{major}")
+    return folder
+
+
+def fake_docker(directory: Path, builder_tensorrt: str, server_root: Path) -> Path:
+    """A `docker` whose `run IMAGE` answers as the two upstream images would: the tensorrt image prints
+    tensorrt.__version__; the tritonserver image runs the script's command against ``server_root`` as its /usr.
+    Each image it was run with is appended to ``directory/images``."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "docker"
-    path.write_text(f'#!/bin/sh\ncase "$*" in *tensorrt:*) echo "{builder_tensorrt}" ;; *tritonserver:*) echo "{server_library}" ;; esac\n')
+    path.write_text(
+        "#!/bin/bash\n"
+        f'for argument in "$@"; do case "$argument" in nvcr.io/*) echo "$argument" >> "{directory}/images" ;; esac; done\n'
+        'case "$*" in\n'
+        f'  *nvcr.io/nvidia/tensorrt:*) echo "{builder_tensorrt}" ;;\n'
+        f'  *nvcr.io/nvidia/tritonserver:*) command="${{@: -1}}"; exec bash -c "${{command//\\/usr\\//{server_root}/usr/}}" ;;\n'
+        "  *) exit 125 ;;\n"
+        "esac\n"
+    )
     path.chmod(0o755)
+    return directory / "images"
 
 
 @pytest.mark.parametrize(
-    "builder, library, code, message",
+    "builder, server, code, message",
     [
-        ("10.13.3.9", "/usr/lib/x86_64-linux-gnu/libnvinfer.so.10.13.3", 0, "TensorRT 10.13.3 in both"),
+        ("10.13.3.9", "10.13.3", 0, "TensorRT 10.13.3 in both"),
+        ("11.1.0.4", "11.1.0", 0, "TensorRT 11.1.0 in both"),
         (
             "11.1.0.4",
-            "/usr/lib/x86_64-linux-gnu/libnvinfer.so.11.0.2",
+            "11.0.2",
             1,
             "error: the builder image has TensorRT 11.1.0, the server image 11.0.2",
         ),
-        ("11.1.0.4", "", 2, "check-tensorrt: error: no libnvinfer.so.X.Y.Z in nvcr.io/nvidia/tritonserver:"),
+        ("11.1.0.4", None, 2, "check-tensorrt: error: no libnvinfer.so.* in nvcr.io/nvidia/tritonserver:"),
     ],
-    ids=["same", "previous-month-base", "no-library"],
+    ids=["same-10", "same-11", "previous-month-base", "no-library"],
 )
-def test_the_tensorrt_check_compares_the_two_upstream_images(tmp_path, builder, library, code, message):
-    """docker/check-tensorrt.sh on versions.env's images (docker answered by a stand-in: no Docker engine here), then
-    the same comparison the server image's build runs."""
-    fake_docker(tmp_path / "bin", builder, library)
+def test_the_tensorrt_check_compares_the_two_upstream_images(tmp_path, versions, builder, server, code, message):
+    """docker/check-tensorrt.sh on the images the Dockerfiles build FROM (docker answered by a stand-in: no Docker
+    engine here; the server image's library folder laid out as TensorRT ships it, symlinks included), then the
+    same comparison the server image's build runs."""
+    root = tmp_path / "server-image"
+    if server is not None:
+        tensorrt_libraries(root, server)
+    images = fake_docker(tmp_path / "bin", builder, root)
     completed = run_script(DOCKER / "check-tensorrt.sh", [], tmp_path / "bin", PYTHON=sys.executable, PYTHONPATH=str(ROOT))
     assert completed.returncode == code, completed.stderr
     (line,) = completed.stderr.strip().splitlines()
     assert message in line
+    release = versions["TRITON_RELEASE"]
+    assert images.read_text().split() == [f"nvcr.io/nvidia/tensorrt:{release}-py3", f"nvcr.io/nvidia/tritonserver:{release}-py3"]
+    if code == 1:  # the remedy names what a user sets: versions.env's TRITON_RELEASE, the Dockerfiles' one build arg
+        assert "set TRITON_RELEASE in versions.env" in line and "_BASE_IMAGE" not in line
+        for path in DOCKERFILES.values():
+            assert re.search(r"^ARG TRITON_RELEASE=", path.read_text(), re.MULTILINE), path.name
 
 
 def docker_engine() -> bool:

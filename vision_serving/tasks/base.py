@@ -210,6 +210,34 @@ def thresholds(defaults: Mapping[str, float], given: Mapping[str, Any], where: s
     return merged
 
 
+# --------------------------------------------------------------------------- TensorRT profiles
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One TensorRT optimization profile of a model whose one input has dynamic dims, as the code that makes that
+    input bounds it (a preprocess, or a task's second-stage crops): per-image dims (no batch) from ``min`` to
+    ``max``, tuned for ``opt`` at batch ``opt_batch``; the batch runs from 1 to the model's ``max_batch_size``."""
+
+    name: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+    opt_batch: int = 1
+
+    def __post_init__(self) -> None:
+        if not (len(self.min) == len(self.opt) == len(self.max)) or not all(
+            0 < lo <= mid <= hi for lo, mid, hi in zip(self.min, self.opt, self.max)
+        ):
+            raise ValueError(f"profile {self.name!r}: need 0 < min <= opt <= max dim by dim, got {self.min}, {self.opt}, {self.max}")
+        if self.opt_batch < 1:
+            raise ValueError(f"profile {self.name!r}: opt_batch must be at least 1, got {self.opt_batch}")
+
+    def fits(self, dims: Sequence[int]) -> bool:
+        """Whether per-image ``dims`` lie within this profile."""
+        return len(dims) == len(self.max) and all(lo <= d <= hi for d, lo, hi in zip(dims, self.min, self.max))
+
+
 # --------------------------------------------------------------------------- the task
 
 
@@ -256,6 +284,11 @@ class Task(ABC):
         except (ConfigError, ValueError) as error:
             return [str(error)]
         return []
+
+    def engine_profiles(self, config: ModelConfig, role: str) -> tuple[EngineProfile, ...]:
+        """The TensorRT profiles of the second stage ``role`` the postprocess ``config`` calls, from the inputs this
+        task sends it; () when the stage's input dims are fixed (none of this task's stages by default)."""
+        return ()
 
     @abstractmethod
     def gate(self, reference: TaskResult, candidate: TaskResult, limits: Mapping[str, float]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import triton_python_backend_utils as pb_utils
 from .. import model_config
 from ..tasks.base import rows
 from ..tasks.text_reading.task import TASK, TextReadingPostprocessor
+from . import bls
 from .drift_metrics import DriftMetrics
 from .errors import triton_error
 from .postprocess import parse_request
@@ -30,7 +31,8 @@ class BlsModel:
         self.name, self.input_name, self.output_names = name, input_name, output_names
 
     async def __call__(self, batch: np.ndarray) -> tuple[np.ndarray, ...]:
-        request = pb_utils.InferenceRequest(
+        request = bls.cpu_request(  # outputs in CPU memory: a TensorRT stage's would be on the GPU
+            pb_utils,
             model_name=self.name,
             inputs=[pb_utils.Tensor(self.input_name, np.ascontiguousarray(batch, dtype=np.float32))],
             requested_output_names=list(self.output_names),

@@ -146,7 +146,7 @@ def test_build_verify_and_run_a_tiny_qdq_plan(trt, tmp_path, capsys):
     assert record["profile"]["images"] == {"min": [1, 3, 8, 8], "opt": [2, 3, 8, 8], "max": [4, 3, 8, 8]}
     assert record["builder"]["strongly_typed"] and not {"INT8", "FP16"} & set(record["builder"]["builder_flags"])
     gpu = record["gpu"]
-    assert gpu["hardware_compatibility"] == te.hardware_compatibility(trt)  # SAME_COMPUTE_CAPABILITY from TensorRT 10.10
+    assert gpu["hardware_compatibility"] == te.hardware_compatibility(trt)  # SAME_COMPUTE_CAPABILITY from TensorRT 10.9
     assert record["cache_key"] == te.cache_key(trt.__version__, gpu["compute_capability"], gpu["hardware_compatibility"], gpu["name"])
     assert (tmp_path / "cache" / record["cache_key"] / f"timing-{te.gpu_slug(gpu['name'])}.cache").stat().st_size > 0
     entry = te.cache_entry(tmp_path / "cache", record["cache_key"], pipeline.name, record["input_hash"])

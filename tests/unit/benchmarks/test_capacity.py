@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from devtools import capacity
@@ -83,3 +84,59 @@ def test_resident_memory_leaves_out_the_shared_memory_the_tensors_travel_through
     status = "Name:\ttritonserver\nVmRSS:\t  982344 kB\nRssAnon:\t  120000 kB\nRssFile:\t   15000 kB\nRssShmem:\t  847344 kB\n"
     assert capacity.resident_kib(status) == 135000
     assert capacity.resident_kib("Name:\told\nVmRSS:\t  4096 kB\n") == 4096  # a kernel without the split
+
+
+def with_shm(data: dict) -> dict:
+    """costs() with shared memory measured: 3 MiB per preprocess request, 10 MiB per postprocess request."""
+    pipeline = data["pipelines"]["p"]
+    pipeline["instances"]["preprocess"]["max_batch_size"] = 8
+    pipeline["instances"]["postprocess"]["max_batch_size"] = 4
+    pipeline["shm"] = {"preprocess": {"bytes": 3 << 20, "photo": "phone/a"}, "postprocess": {"bytes": 10 << 20, "photo": "text/b"}}
+    return data
+
+
+def test_dev_shm_holds_every_instance_at_its_largest_batch_of_its_largest_request():
+    data = with_shm(costs())
+    # 8 CPUs: 8 sized preprocess instances x 8 x 3 MiB, 1 fixed postprocess instance x 4 x 10 MiB, 1 MiB per region
+    assert capacity.dshm_gib(data, 8) == pytest.approx((8 * 8 * 3 + 4 * 10 + 9) / 1024)
+    assert capacity.dshm_gib(data, 2) == pytest.approx((2 * 8 * 3 + 4 * 10 + 3) / 1024)
+    assert capacity.plan(data, "p", "web", 100, vcpus_per_pod=8).dshm_gib_per_pod == pytest.approx(capacity.dshm_gib(data, 8))
+    assert capacity.plan(costs(), "p", "web", 100, vcpus_per_pod=8).dshm_gib_per_pod is None  # not measured: not guessed
+    with pytest.raises(ValueError, match=r"run python -m devtools\.capacity --measure-shm"):
+        capacity.dshm_gib(costs(), 8)
+
+
+def test_what_a_tensor_takes_in_shared_memory():
+    assert capacity.tensor_bytes(np.zeros((2, 3), np.float32)) == 24
+    assert capacity.tensor_bytes(np.array([[b"abc"], [b"de"]], dtype=np.object_)) == 3 + 4 + 2 + 4  # BYTES: 4-byte length prefixes
+    ragged = np.empty(2, dtype=object)
+    ragged[0], ragged[1] = np.zeros((3, 4, 5), np.float32), np.zeros((3, 2, 5), np.float32)
+    assert capacity.tensor_bytes(ragged) == (60 + 30) * 4
+
+
+def gpu_model(name: str, profiles: int, activations_mib: int, instances: int = 1) -> dict:
+    profile = {
+        "name": "p",
+        "max_shape": [8, 3, 32, 32],
+        "activations_bytes": activations_mib << 20,
+        "input_bytes": 0,
+        "output_bytes": 0,
+        "largest_tensor": {"name": "t", "shape": [1], "bytes": 1},
+    }
+    strategy = "ON_PROFILE_CHANGE" if profiles > 1 else "STATIC"
+    return {
+        "model": name, "onnx": "model.onnx", "precision": "fp16", "weights_bytes": 0, "strategy": strategy, "instances": instances,
+        "profiles": [profile] * profiles,
+    }  # fmt: skip
+
+
+def test_two_instances_for_a_multi_profile_model_only_where_the_pod_fits_the_gpu_with_margin():
+    """16 GiB at 90 % less 1 GiB of runtime is 13.4 GiB, at 1.5 x the estimate 8.93 GiB of plans: a small model with
+    several profiles gets two instances, then a large one only if it still fits; one-profile models keep their count."""
+    small, large, fixed = gpu_model("recognizer", 6, 200), gpu_model("detector", 3, 1200), gpu_model("classifier", 1, 500, 3)
+    assert capacity.choose_instances([small, large, fixed]) == {"recognizer": 2, "detector": 1}  # 2.4 + 3.6 x 2 + 1.5 > 8.93
+    assert capacity.choose_instances([small, large, fixed], gpu_memory_gib=24) == {"recognizer": 2, "detector": 2}
+    assert capacity.choose_instances([gpu_model("huge", 2, 5000)]) == {"huge": 1}
+    report = capacity.render_gpu_memory({"command": "c", "created_at": "t", "gpu_runtime_gib": 1.0, "models": [small, large, fixed]})
+    assert "an ESTIMATE from shapes" in report and "recognizer 2 (config: 1), detector 1 (config: 1)" in report
+    assert "| detector | fp16 | p 1200, p 1200, p 1200 | 3600 (ON_PROFILE_CHANGE) |" in report

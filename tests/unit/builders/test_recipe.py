@@ -29,8 +29,8 @@ def test_the_text_reader_s_recipe_has_two_stages_from_the_rapidocr_wheel():
     assert sorted(loaded.stages) == ["classifier", "recognizer"]
     recognizer = loaded.stages["recognizer"]
     assert recognizer.source.member.endswith("PP-OCRv6_rec_small.onnx") and recognizer.fix.passes == ("stable_io_names",)
-    assert recognizer.metadata_lists == {"character": "characters.json"} and len(recognizer.engine_profiles) == 6
-    assert loaded.precisions == ("fp16", "fp32") and len(loaded.engine_profiles) == 1
+    assert recognizer.metadata_lists == {"character": "characters.json"}
+    assert loaded.precisions == ("fp16", "fp32")
     assert recognizer.precisions == ("fp16", "fp32") and recognizer.gate["min_character_accuracy"] == 0.99
 
 
@@ -53,12 +53,12 @@ def test_the_text_reader_s_recipe_has_two_stages_from_the_rapidocr_wheel():
         ),
         (HEAD + STAGE + 'metadata_lists = { character = "../x.json" }\n', "metadata_lists maps metadata keys to plain file names"),
         (
-            f'[source]\nkind = "onnx"\npath = "m.onnx"\nsha256 = "{SHA}"\n[engine]\nprofiles = [{{ min = [3, 64], opt = [3, 32], max = [3, 128] }}]\n',
-            r"\[engine\] profiles: a profile needs min <= opt <= max",
+            f'[source]\nkind = "onnx"\npath = "m.onnx"\nsha256 = "{SHA}"\n[engine]\nprofiles = [[3, 48, 320]]\n',
+            r"\[engine\]: TensorRT profiles are not a recipe key: they come from the code that makes the model's input",
         ),
         (
-            f'[source]\nkind = "onnx"\npath = "m.onnx"\nsha256 = "{SHA}"\n[engine]\nprofiles = [[3, 0, 32]]\n',
-            "min must be a list of positive sizes",
+            HEAD + STAGE + "engine_profiles = [[3, 48, 320]]\n",
+            r"\[stages.reader\]: engine_profiles: TensorRT profiles are not a recipe key",
         ),
     ],
 )
@@ -73,9 +73,3 @@ def test_a_stage_ladder_has_no_int8_rung(tmp_path):
         load(tmp_path, HEAD + STAGE + 'precisions = ["int8", "fp32"]\n')
     with pytest.raises(recipe.RecipeError, match=r"\[stages.reader\] gate: unknown key\(s\) min_top1"):
         load(tmp_path, HEAD + STAGE + "gate = { min_top1 = 0.9 }\n")
-
-
-def test_a_fixed_profile_is_its_own_min_opt_and_max(tmp_path):
-    loaded = load(tmp_path, f'[source]\nkind = "onnx"\npath = "m.onnx"\nsha256 = "{SHA}"\n[engine]\nprofiles = [[3, 48, 320]]\n')
-    assert loaded.engine_profiles == (recipe.DimsRange((3, 48, 320), (3, 48, 320), (3, 48, 320)),)
-    assert recipe.engine_profiles(tmp_path / "pipeline.toml") == {"core": loaded.engine_profiles}

@@ -63,28 +63,37 @@ def test_profile_without_batching_and_with_variable_dims():
         te.optimization_profile(core_config(TINY_CONFIG.replace("dims: [ 3, 8, 8 ]", "dims: [ 3, -1, -1 ]")))
 
 
-def test_dynamic_dims_take_the_recipe_s_profiles_one_plan_profile_each(tmp_path):
-    """The text reader: the detector's one range, the recognizer's one fixed width per bucket, batch 1..max added."""
-    from builders import recipe
+def test_dynamic_dims_take_their_input_s_profiles_one_plan_profile_each(tmp_path):
+    """The text reader: the detector's photo, wide and tall ranges from its preprocess, the recognizer's one fixed width
+    per bucket from its task; batch 1..max added, tuned for each profile's own batch unless --opt-batch says."""
+    from vision_serving.tasks.text_reading.task import RECOGNIZER_OPT_BATCH
 
     text_reader = layout.pipeline("text_reader")
     assert te.engine_roles(text_reader) == ["core", "classifier", "recognizer"]
-    ranges = recipe.engine_profiles(text_reader.recipe)
     detector = te.load_core_config(text_reader)
-    (profile,) = te.optimization_profiles(detector, None, ranges["core"])
-    assert (profile[0].min, profile[0].opt, profile[0].max) == ((1, 3, 32, 32), (8, 3, 736, 736), (8, 3, 4096, 4096))
+    profiles = te.optimization_profiles(detector, None, te.model_profiles(text_reader, "core"))
+    assert [(p[0].min, p[0].opt, p[0].max) for p in profiles] == [
+        ((1, 3, 736, 736), (1, 3, 736, 736), (8, 3, 1984, 1984)),
+        ((1, 3, 736, 2016), (1, 3, 736, 2944), (8, 3, 736, 4096)),
+        ((1, 3, 2016, 736), (1, 3, 2944, 736), (8, 3, 4096, 736)),
+    ]
     recognizer = te.load_core_config(text_reader, "recognizer")
-    profiles = te.optimization_profiles(recognizer, 4, ranges["recognizer"])
+    ranges = te.model_profiles(text_reader, "recognizer")
+    profiles = te.optimization_profiles(recognizer, None, ranges)
     assert [p[0].max for p in profiles] == [(16, 3, 48, w) for w in (320, 480, 640, 960, 1280, 1920)]
-    assert all(p[0].min == (1, 3, 48, p[0].max[-1]) and p[0].opt[0] == 4 for p in profiles)
+    assert all(p[0].min == (1, 3, 48, p[0].max[-1]) and p[0].opt[0] == RECOGNIZER_OPT_BATCH for p in profiles)
+    assert all(p[0].opt[0] == 2 for p in te.optimization_profiles(recognizer, 2, ranges))  # --opt-batch
     classifier = te.load_core_config(text_reader, "classifier")
+    assert te.model_profiles(text_reader, "classifier") == ()
     assert len(te.optimization_profiles(classifier)) == 1  # fixed dims: the one batch profile
-    with pytest.raises(model_config.ConfigError, match="are dynamic; the plan needs the recipe's engine profiles"):
+    with pytest.raises(model_config.ConfigError, match="are dynamic; the plan needs the profiles of its one input"):
         te.optimization_profiles(detector)
     with pytest.raises(model_config.ConfigError, match="does not fit input dims"):
-        te.optimization_profiles(recognizer, None, ranges["core"])
+        te.optimization_profiles(recognizer, None, te.model_profiles(text_reader, "core"))
     with pytest.raises(model_config.ConfigError, match="its input dims are fixed"):
-        te.optimization_profiles(classifier, None, ranges["recognizer"])
+        te.optimization_profiles(classifier, None, ranges)
+    with pytest.raises(model_config.ConfigError, match=r"opt batch 17 is outside 1\.\.16"):
+        te.optimization_profiles(recognizer, 17, ranges)
     assert te.default_plan(text_reader, "recognizer") == text_reader.stage_dir("recognizer") / "1" / te.PLAN_FILENAME
     # A stage's plan is built from its own ladder's choice; without a record, from its FP32 export.
     shutil.copytree(text_reader.repository, tmp_path / "text_reader", ignore=shutil.ignore_patterns("*.onnx", "*.json"))
@@ -150,7 +159,7 @@ def test_hardware_compatibility_where_the_bindings_have_it():
         hardware_compatibility_level = "NONE"
 
     levels = types.SimpleNamespace(NONE="NONE", AMPERE_PLUS="AMPERE_PLUS", SAME_COMPUTE_CAPABILITY="SAME_COMPUTE_CAPABILITY")
-    new = types.SimpleNamespace(HardwareCompatibilityLevel=levels)  # TensorRT 10.10+ and 11
+    new = types.SimpleNamespace(HardwareCompatibilityLevel=levels)  # TensorRT 10.9+ and 11
     old = types.SimpleNamespace(HardwareCompatibilityLevel=types.SimpleNamespace(NONE="NONE", AMPERE_PLUS="AMPERE_PLUS"))
     assert te.hardware_compatibility(new) == te.SAME_COMPUTE_CAPABILITY
     assert te.hardware_compatibility(old) == te.hardware_compatibility(types.SimpleNamespace()) == te.GPU_MODEL_ONLY
@@ -212,10 +221,17 @@ def test_parse_nvidia_smi():
 
 
 def test_tensorrt_version_from_library_file_names(tmp_path):
-    for name in ("libnvinfer.so", "libnvinfer.so.10", "libnvinfer.so.10.13.3", "libnvinfer_plugin.so.10.13.3"):
-        (tmp_path / name).touch()
-    assert te.tensorrt_version_from_libraries([tmp_path]) == "10.13.3"
+    """As TensorRT ships it: libnvinfer.so -> libnvinfer.so.11 -> libnvinfer.so.11.1.0, the symlinks sorting first."""
+    (tmp_path / "libnvinfer.so.11.1.0").touch()
+    (tmp_path / "libnvinfer.so.11").symlink_to("libnvinfer.so.11.1.0")
+    (tmp_path / "libnvinfer.so").symlink_to("libnvinfer.so.11")
+    (tmp_path / "libnvinfer_plugin.so.11.2.0").touch()
+    assert sorted(p.name for p in tmp_path.glob("libnvinfer.so.*"))[0] == "libnvinfer.so.11"
+    assert te.tensorrt_version_from_libraries([tmp_path]) == "11.1.0"
     assert te.tensorrt_version_from_libraries([tmp_path / "missing"]) is None
+    names = ["/usr/lib/x86_64-linux-gnu/libnvinfer.so.10", "/usr/lib/x86_64-linux-gnu/libnvinfer.so.10.13.3.9"]
+    assert te.tensorrt_version_from_names(names) == "10.13.3"
+    assert te.tensorrt_version_from_names(["libnvinfer.so.10", "libnvinfer.so"]) is None
 
 
 def test_provenance_that_matches():
@@ -436,4 +452,92 @@ def test_same_tensorrt_reads_the_server_library_and_fails_in_one_line(tmp_path, 
     assert line.startswith("error: the builder image has TensorRT 10.14.1, the server image 10.13.3")
     monkeypatch.setattr(te, "LIBRARY_DIRS", (str(tmp_path / "none"),))
     assert te.main(["same-tensorrt", "--builder-version", "10.14.1"]) == 2
-    assert "no libnvinfer.so.X.Y.Z found here" in capsys.readouterr().err
+    assert f"no libnvinfer.so.X.Y.Z in {tmp_path / 'none'}" in capsys.readouterr().err
+
+
+def test_same_tensorrt_reads_the_versioned_name_among_the_server_images_libraries(capsys):
+    """docker/check-tensorrt.sh passes every libnvinfer.so.* name of the server image, symlinks first."""
+    listing = ["/usr/lib/x86_64-linux-gnu/libnvinfer.so.11", "/usr/lib/x86_64-linux-gnu/libnvinfer.so.11.1.0"]
+    arguments = [argument for name in listing for argument in ("--server-library", name)]
+    assert te.main(["same-tensorrt", "--builder-version", "11.1.0.4", *arguments]) == 0
+    assert "TensorRT 11.1.0 in both" in capsys.readouterr().err
+    assert te.main(["same-tensorrt", "--builder-version", "11.2.0.1", *arguments]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "set TRITON_RELEASE in versions.env" in line
+    assert te.main(["same-tensorrt", "--builder-version", "11.1.0.4", "--server-library", listing[0]]) == 2
+    assert "no libnvinfer.so.X.Y.Z in the server image's libnvinfer files" in capsys.readouterr().err
+
+
+class FakeEngine:
+    """What deserialize_and_compare reads of a TensorRT 10/11 ICudaEngine (the bindings' names): a plan of the
+    text recognizer built with ``profiles`` (batch-first min/opt/max), each reserving ``mib`` MiB of activations."""
+
+    def __init__(self, profiles: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]], mib: list[int]) -> None:
+        self.profiles, self.mib = profiles, mib
+        self.tensors = {"images": ("INPUT", "FLOAT", (-1, 3, 48, -1)), "probabilities": ("OUTPUT", "FLOAT", (-1, -1, 18710))}
+        self.num_io_tensors = len(self.tensors)
+        self.num_optimization_profiles = len(profiles)
+
+    def get_tensor_name(self, index: int) -> str:
+        return list(self.tensors)[index]
+
+    def get_tensor_mode(self, name: str) -> str:
+        return self.tensors[name][0]
+
+    def get_tensor_dtype(self, name: str) -> types.SimpleNamespace:
+        return types.SimpleNamespace(name=self.tensors[name][1])
+
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        return self.tensors[name][2]
+
+    def get_tensor_profile_shape(self, name: str, index: int) -> tuple[tuple[int, ...], ...]:
+        assert name == "images"
+        return self.profiles[index]
+
+    def get_device_memory_size_for_profile_v2(self, index: int) -> int:
+        return self.mib[index] << 20
+
+
+def fake_runtime(engine: FakeEngine) -> types.SimpleNamespace:
+    class Runtime:
+        def __init__(self, logger: object) -> None:
+            pass
+
+        def deserialize_cuda_engine(self, data: bytes) -> FakeEngine:
+            return engine
+
+    class Logger:
+        ERROR = "ERROR"
+
+        def __init__(self, level: str) -> None:
+            pass
+
+    return types.SimpleNamespace(Logger=Logger, Runtime=Runtime, TensorIOMode=types.SimpleNamespace(INPUT="INPUT"))
+
+
+def test_a_deserialized_plan_s_profiles_are_the_ones_its_input_s_code_gives(tmp_path, monkeypatch):
+    """verify-plan --deserialize refuses a plan built for other shapes than the code now sends (a plan built
+    before the widths changed), and logs what each profile's context reserves, as TensorRT reports it."""
+    text_reader = layout.pipeline("text_reader")
+    recognizer = te.load_core_config(text_reader, "recognizer")
+    expected = te.optimization_profiles(recognizer, None, te.model_profiles(text_reader, "recognizer"))
+    built = [(p[0].min, p[0].opt, p[0].max) for p in expected]
+    plan = tmp_path / "model.plan"
+    plan.write_bytes(b"plan")
+    logged: list[str] = []
+    monkeypatch.setattr(te, "import_tensorrt", lambda: fake_runtime(FakeEngine(built, [20, 30, 40, 60, 80, 120])))
+    assert te.deserialize_and_compare(plan, recognizer, expected, logged.append) == []
+    assert logged == [
+        f"{plan}: activation memory per profile (TensorRT): 0: 20.0 MiB, 1: 30.0 MiB, 2: 40.0 MiB, 3: 60.0 MiB, 4: 80.0 MiB, 5: 120.0 MiB"
+    ]
+    older = [*built[:5], ((1, 3, 48, 2560), (16, 3, 48, 2560), (16, 3, 48, 2560))]
+    monkeypatch.setattr(te, "import_tensorrt", lambda: fake_runtime(FakeEngine(older, [1] * 6)))
+    (problem,) = te.deserialize_and_compare(plan, recognizer, expected, logged.append)
+    assert (
+        problem
+        == "'images': the plan's profile 5 is [1, 3, 48, 2560]..[16, 3, 48, 2560], the code gives [1, 3, 48, 1920]..[16, 3, 48, 1920]"
+    )
+    monkeypatch.setattr(te, "import_tensorrt", lambda: fake_runtime(FakeEngine(built[:1], [1])))
+    assert te.deserialize_and_compare(plan, recognizer, expected, logged.append) == [
+        "the plan has 1 optimization profile(s), its input's code gives 6"
+    ]

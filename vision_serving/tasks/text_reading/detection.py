@@ -40,12 +40,12 @@ FloatArray = npt.NDArray[np.float32]
 # --------------------------------------------------------------------------- the model input
 
 
-def _multiple_of_32(value: int) -> int:
+def multiple_of_32(value: int) -> int:
     return int(round(value / 32) * 32)
 
 
 def _scaled(height: int, width: int, ratio: float) -> tuple[int, int]:
-    return _multiple_of_32(int(height * ratio)), _multiple_of_32(int(width * ratio))
+    return multiple_of_32(int(height * ratio)), multiple_of_32(int(width * ratio))
 
 
 def resize_within_bounds(image: np.ndarray, min_side_len: int, max_side_len: int) -> tuple[np.ndarray, float, float]:

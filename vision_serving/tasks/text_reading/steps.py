@@ -14,14 +14,52 @@ import cv2
 import numpy as np
 
 from ... import image_codec, preprocessing
+from ..base import EngineProfile
 from . import detection
 from .settings import DetectionSettings
 
 DETECTOR_INPUT, IMAGE, TRANSFORM = "DET_INPUT", "DET_IMAGE", "DET_TRANSFORM"
 
 
-# The largest detector input side served (the preprocess config's max_detector_side): the TensorRT profile's bound.
+# The longest detector input side served (the preprocess config's max_detector_side): longer inputs are refused.
 MAX_DETECTOR_SIDE = 4096
+# Photos per detector run the profiles are tuned for: one photo per request, and the dynamic batcher merges only
+# requests of one size (measured on the text upload mix: a mean batch of 1.00 to 1.46 at 1 to 16 clients).
+DETECTOR_OPT_BATCH = 1
+
+
+def detector_side_bounds(settings: DetectionSettings) -> tuple[int, int]:
+    """(shortest, longest kept) side of a detector input, as :func:`detection.prepare` computes it.
+
+    Every side is a multiple of 32. The shorter side is scaled up to ``limit_side_len`` when shorter (exactly
+    that: 736), else kept, so it is never below 736. A kept side is one of the photo after
+    ``resize_within_bounds``, at most ``max_side_len``, rounded: at most 1984 for 2000. So an input is either
+    within 736..1984 on both sides, or 736 on its shorter side and longer than 1984 (a thin photo scaled up by
+    736 / its shorter side), bounded only by ``max_detector_side``."""
+    return detection.multiple_of_32(settings.limit_side_len), detection.multiple_of_32(settings.max_side_len)
+
+
+def detector_profiles(settings: DetectionSettings, max_side: int = MAX_DETECTOR_SIDE) -> tuple[EngineProfile, ...]:
+    """The text detector's TensorRT profiles (per-image ``[3, H, W]``): exactly the inputs :func:`prepare_photo`
+    can send (:func:`detector_side_bounds`), in profiles that do not overlap, so the backend's choice is the one that
+    fits and no profile reserves memory for shapes that never come:
+
+    - ``photo``: both sides 736..1984, tuned for 736 x 736 (a square photo, and the shorter side of every photo
+      scaled up);
+    - ``wide`` and ``tall``: 736 on one side, 2016..``max_side`` on the other (only when ``max_side`` > 1984), tuned
+      for ``width_height_ratio`` / 2 to 1 (a photo wider than 8:1 is padded to about 4:1: 736 x 2944)."""
+    short, kept = detector_side_bounds(settings)
+    if max_side < short:
+        raise ValueError(f"max_detector_side {max_side} is below the shortest detector input side {short}: no photo could be served")
+    photo_max = min(kept, max_side - max_side % 32)
+    profiles = [EngineProfile("photo", (3, short, short), (3, short, short), (3, photo_max, photo_max), DETECTOR_OPT_BATCH)]
+    longest = max_side - max_side % 32
+    if longest > photo_max:
+        low = photo_max + 32
+        opt = min(longest, max(low, detection.multiple_of_32(int(short * settings.width_height_ratio / 2))))
+        profiles.append(EngineProfile("wide", (3, short, low), (3, short, opt), (3, short, longest), DETECTOR_OPT_BATCH))
+        profiles.append(EngineProfile("tall", (3, low, short), (3, opt, short), (3, longest, short), DETECTOR_OPT_BATCH))
+    return tuple(profiles)
 
 
 def prepare_photo(

@@ -37,7 +37,7 @@ from rapidfuzz.distance import Levenshtein
 
 from ... import drift, model_config
 from ...model_config import ConfigError, ModelConfig
-from ..base import ClientReport, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report
+from ..base import ClientReport, EngineProfile, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report
 from . import reader, recognition, steps
 from .agreement import Agreement
 from .reader import Line
@@ -66,6 +66,9 @@ OUTPUT_ROLES = (
 StageModel = Callable[[np.ndarray], Awaitable[tuple[np.ndarray, ...]]]
 # The outputs each role's model must give, in order: the direction probabilities; each step's best class and its probability.
 STAGE_OUTPUTS = {"classifier": 1, "recognizer": 2}
+# Crops per recognizer run its profiles are tuned for: the mean batch measured on the text upload mix, 3.1 to 3.3 at
+# 1 to 16 clients (benchmarks/results/text_reader/systems.md), rounded up.
+RECOGNIZER_OPT_BATCH = 4
 
 
 def stage_names(config: ModelConfig) -> dict[str, str]:
@@ -283,6 +286,17 @@ class TextReadingTask(Task):
                 if post.max_batch[role] > stage.max_batch_size:
                     problems.append(f"{where}: {role}_max_batch {post.max_batch[role]} exceeds its max_batch_size {stage.max_batch_size}")
         return problems
+
+    def engine_profiles(self, config: ModelConfig, role: str) -> tuple[EngineProfile, ...]:
+        """The recognizer: one profile per width bucket (each crop is padded to one: :func:`recognizer_widths`), 48 px
+        high; the classifier's input is fixed."""
+        if role != "recognizer":
+            return ()
+        height = DEFAULT.recognition.height
+        return tuple(
+            EngineProfile(f"width {width}", (3, height, width), (3, height, width), (3, height, width), RECOGNIZER_OPT_BATCH)
+            for width in recognizer_widths(config)
+        )
 
     def gate(self, reference: TaskResult, candidate: TaskResult, limits: Mapping[str, float]) -> dict[str, Any]:
         assert isinstance(reference, TextReadingResult) and isinstance(candidate, TextReadingResult)

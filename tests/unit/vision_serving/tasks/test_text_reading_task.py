@@ -17,7 +17,6 @@ from vision_serving.model_config import ConfigError
 from vision_serving.tasks import registry
 from vision_serving.tasks.base import LabelledSample
 from vision_serving.tasks.text_reading import reader, recognition, task
-from vision_serving.tasks.text_reading.settings import DEFAULT
 
 PIPELINE = layout.pipeline("text_reader")
 POSTPROCESS = PIPELINE.model_dir("postprocess")
@@ -214,16 +213,14 @@ def test_the_text_detection_preprocessor_is_named_by_the_config_and_checked():
         preprocessors.kind(preprocess)
 
 
-def test_the_recipe_s_engine_profiles_are_the_served_sizes():
-    """One TensorRT profile per recognizer width bucket, and the detector's up to the preprocess's bound."""
-    from builders import recipe
-
-    profiles = recipe.engine_profiles(PIPELINE.recipe)
+def test_the_recognizer_s_profiles_are_its_width_buckets_and_the_classifier_has_none():
+    """One TensorRT profile per recognizer width bucket (each crop is padded to one), 48 px high, from the config the
+    postprocess pads with: a bucket added there is a profile added to the plan."""
     widths = task.recognizer_widths(config())
-    assert [item.max[-1] for item in profiles["recognizer"]] == list(widths)
-    assert all(item.min == item.max for item in profiles["recognizer"])
-    side = preprocessors.max_detector_side(model_config.load_config(PIPELINE.model_dir("preprocess")))
-    (detector,) = profiles["core"]
-    assert detector.max == (3, side, side) and detector.opt[1] == DEFAULT.detection.limit_side_len
+    profiles = task.TASK.engine_profiles(config(), "recognizer")
+    assert [item.max for item in profiles] == [(3, 48, width) for width in widths]
+    assert all(item.min == item.opt == item.max and item.opt_batch == task.RECOGNIZER_OPT_BATCH for item in profiles)
+    assert [item.max[-1] for item in task.TASK.engine_profiles(config(recognizer_widths="320,2560"), "recognizer")] == [320, 2560]
+    assert task.TASK.engine_profiles(config(), "classifier") == ()
     production = model_config.load_config(PIPELINE.stage_dir("recognizer"))
     assert list(production.instance_group[0].profile) == [str(i) for i in range(len(widths))]
