@@ -474,7 +474,11 @@ class FakeEngine:
 
     def __init__(self, profiles: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]], mib: list[int]) -> None:
         self.profiles, self.mib = profiles, mib
-        self.tensors = {"images": ("INPUT", "FLOAT", (-1, 3, 48, -1)), "probabilities": ("OUTPUT", "FLOAT", (-1, -1, 18710))}
+        self.tensors = {
+            "images": ("INPUT", "FLOAT", (-1, 3, 48, -1)),
+            "indices": ("OUTPUT", "INT32", (-1, -1)),
+            "scores": ("OUTPUT", "FLOAT", (-1, -1)),
+        }
         self.num_io_tensors = len(self.tensors)
         self.num_optimization_profiles = len(profiles)
 

@@ -59,8 +59,8 @@ class Stub:
                 memory = self.keywords.get("preferred_memory")
                 if memory is None or memory.preferred_memory_type != CPU:  # what a TensorRT stage's caller would get
                     raise RuntimeError("Tensor is stored in GPU and cannot be converted to NumPy.")
-                (name,) = self.keywords["requested_output_names"]
-                return Response([Tensor(name, tensor.array * 2)])
+                names = self.keywords["requested_output_names"]
+                return Response([Tensor(name, tensor.array * (2 + index)) for index, name in enumerate(names)])
 
         def get_output_tensor_by_name(response: Response, name: str) -> Tensor | None:
             return next((t for t in response.outputs if t.name == name), None)
@@ -82,7 +82,7 @@ def test_a_bls_request_asks_for_cpu_memory():
     assert request.keywords == {
         "model_name": "text_reader_core_recognizer",
         "inputs": [tensor],
-        "requested_output_names": ["probabilities"],
+        "requested_output_names": ["indices", "scores"],
         "preferred_memory": PreferredMemory(CPU, 0),
     }
 
@@ -102,12 +102,13 @@ def test_the_text_readers_second_stages_answer_in_cpu_memory(text_postprocess):
     """Each chunk the postprocess sends to the classifier or the recognizer is a request for CPU memory, and its
     answer is read as numpy (a request without it is answered as a GPU stage would be: refused)."""
     module, stub = text_postprocess
-    recognizer = module.BlsModel("text_reader_core_recognizer", "images", "probabilities")
+    recognizer = module.BlsModel("text_reader_core_recognizer", "images", ("indices", "scores"))
     batch = np.arange(2 * 3 * 48 * 320, dtype=np.float64).reshape(2, 3, 48, 320)
-    answer = asyncio.run(recognizer(batch))
-    np.testing.assert_array_equal(answer, batch.astype(np.float32) * 2)
+    indices, scores = asyncio.run(recognizer(batch))  # the outputs named, in their order
+    np.testing.assert_array_equal(indices, batch.astype(np.float32) * 2)
+    np.testing.assert_array_equal(scores, batch.astype(np.float32) * 3)
     (request,) = stub.requests
-    assert request["model_name"] == "text_reader_core_recognizer" and request["requested_output_names"] == ["probabilities"]
+    assert request["model_name"] == "text_reader_core_recognizer" and request["requested_output_names"] == ["indices", "scores"]
     assert request["preferred_memory"] == PreferredMemory(CPU, 0)
     (tensor,) = request["inputs"]
     assert tensor.name == "images" and tensor.array.dtype == np.float32 and tensor.array.flags.c_contiguous
