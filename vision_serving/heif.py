@@ -47,8 +47,10 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import _pi_heif
 import numpy as np
 import pi_heif
+from pi_heif.heif import BaseImage
 from PIL import AvifImagePlugin, Image
 
 FORMATS = ("heic", "avif")
@@ -285,8 +287,11 @@ def _parse_iinf(data: bytes, box: Box, found: _Meta, what: str) -> None:
         kind_at = start + id_size + 2  # after item_protection_index
         if kind_at + 4 > entry.end:
             raise HeifError(f"corrupt {what}: item entry too short")
+        kind = data[kind_at : kind_at + 4]
+        if not all(0x20 <= byte < 0x7F for byte in kind):
+            raise HeifError(f"corrupt {what}: item {item_id}'s type {kind!r} is not a four-character code")
         item = _item(found, item_id)
-        item.type, item.hidden = data[kind_at : kind_at + 4], bool(flags & 1)
+        item.type, item.hidden = kind, bool(flags & 1)
 
 
 def _parse_iloc(data: bytes, box: Box, found: _Meta, what: str) -> None:
@@ -720,10 +725,6 @@ def set_threads(count: int) -> None:
     AvifImagePlugin.DEFAULT_MAX_THREADS = count
 
 
-# Only the primary image: no handles for thumbnails, depth maps or other auxiliary images.
-pi_heif.options.THUMBNAILS = False
-pi_heif.options.DEPTH_IMAGES = False
-pi_heif.options.AUX_IMAGES = False
 set_threads(1)
 
 
@@ -748,9 +749,26 @@ def decode(data: bytes, header: Header) -> tuple[np.ndarray, int]:
 
 
 def _decode_heic(data: bytes, name: str) -> np.ndarray:
-    heif_file = pi_heif.open_heif(data, convert_hdr_to_8bit=True)
-    # The array views libheif's own buffer, freed with heif_file: converted (or copied) while it is alive.
-    pixels = _to_rgb8(np.asarray(heif_file[heif_file.primary_index]), name)
+    """The primary image through pi-heif's image handles alone. Its HeifFile/HeifImage would also read every
+    image's metadata, colour profile and auxiliary images, code the pixels do not need: a metadata item whose
+    type is not UTF-8 crashes pi-heif 1.4.0 there (a segmentation fault, found by tests/unit/vision_serving/test_heif.py;
+    :func:`parse` also refuses such item types)."""
+    handles = _pi_heif.load_file(
+        data,
+        pi_heif.options.DECODE_THREADS,
+        True,  # convert_hdr_to_8bit
+        False,  # bgr_mode
+        True,  # remove_stride
+        True,  # hdr_to_16bit (monochrome above 8 bits: scaled to 16)
+        "",  # preferred decoder: libde265, the only one
+        False,  # keep libheif's security limits
+    )
+    primary = next((handle for handle in handles if handle is not None and handle.primary), None)
+    if primary is None:
+        raise HeifError(f"corrupt {name}: the decoder finds no primary image")
+    image = BaseImage(primary)
+    # The array views libheif's own buffer, freed with the handle: converted (or copied) while it is alive.
+    pixels = _to_rgb8(np.asarray(image), name)
     return pixels if pixels.flags.owndata else pixels.copy()
 
 
