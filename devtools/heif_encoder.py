@@ -1,12 +1,12 @@
-"""Encodes the tests' HEIC and AVIF files. Runs INSIDE the ``heif-encode`` environment (requirements/heif-encode.in:
-pillow-heif with x265, Pillow with libavif/aom, imagecodecs), never in .venv or the server image; called by
-tests/support/heif_files.py:
+"""Encodes HEIC and AVIF files for the tests and benchmarks. Runs INSIDE the ``heif-encode`` environment
+(requirements/heif-encode.in: pillow-heif with x265, Pillow with libavif/aom, imagecodecs), never in .venv or the
+server image; called by devtools/heif_encode.py:
 
     python heif_encoder.py SPEC.json ARRAYS.npz OUT_DIR
 
 SPEC.json: a list of {"name", "format" ("heic" | "avif"), "image" (a key of ARRAYS.npz: uint8 HxWx3 RGB, HxWx4 RGBA
 or HxW grey), "bits" (8 or 10), "quality" (0-100), "orientation" (an Exif orientation 1-8: pillow-heif and Pillow
-write it as irot/imir), "tile_size" (HEIC: 0, or Apple's 512 for a grid), "images" (HEIC: keys of further images;
+write it as irot/imir), "speed" (AVIF: libaom's, 0-10), "tile_size" (HEIC: 0, or Apple's 512 for a grid), "images" (HEIC: keys of further images;
 the file holds all, ``primary`` the index of the primary one), "frames" (AVIF: keys of further frames, an animated
 AVIF)}. Writes OUT_DIR/<name>.<format>.
 """
@@ -60,10 +60,10 @@ def heic(spec: dict, arrays: dict[str, np.ndarray]) -> bytes:
 def avif(spec: dict, arrays: dict[str, np.ndarray]) -> bytes:
     image = arrays[spec["image"]]
     if spec.get("bits", 8) == 10:
-        return bytes(imagecodecs.avif_encode(widened(image), level=spec.get("quality", 90), bitspersample=10))
+        return bytes(imagecodecs.avif_encode(widened(image), level=spec.get("quality", 90), speed=spec.get("speed", 6), bitspersample=10))
     frames = [Image.fromarray(arrays[key]) for key in spec.get("frames", [])]
     buffer = io.BytesIO()
-    options: dict = {"quality": spec.get("quality", 90)}
+    options: dict = {"quality": spec.get("quality", 90), "speed": spec.get("speed", 6)}
     if spec.get("orientation", 1) != 1:
         options["exif"] = exif(spec["orientation"])  # Pillow writes it as irot/imir
     if frames:
