@@ -47,8 +47,8 @@ PHONE_NOISE_SIGMA = 6.5  # grey levels: sensor-like noise, so 12 MP compresses t
 PHONE_ROTATED_ORIENTATION = 6  # EXIF: rotate 90 degrees clockwise to display (a portrait shot)
 MIX_SHARES = {"thumbnail": 0.2, "web": 0.6, "phone": 0.2}
 MIXES = ("web", "thumbnail", "phone", "heic", "avif", "mix", "text")
-# HEIC/AVIF phone photos: quality 80 gives 1.5-3 MB 12 MP HEICs, as phones write; Apple's grid tiles.
-HEIF_QUALITY = 80
+# HEIC/AVIF phone photos: quality 50 gives about 2 MB 12 MP HEICs, as iPhones write (80: 8.5 MB); Apple's grid tiles.
+HEIF_QUALITY = 50
 HEIC_TILE_SIZE = 512
 AVIF_SPEED = 8  # libaom's encoder speed (0-10): the files are made once, the decoder is what is measured
 TEXT_PHOTOS = ("page", "grace_hopper", "motorcycle_left", "motorcycle_right", "coffee", "camera", "china")

@@ -51,7 +51,7 @@ import _pi_heif
 import numpy as np
 import pi_heif
 from pi_heif.heif import BaseImage
-from PIL import AvifImagePlugin, Image
+from PIL import AvifImagePlugin
 
 FORMATS = ("heic", "avif")
 # Brands (ftyp major or compatible) that name a still image of each coding. HEIF's generic 'mif1' alone
@@ -773,7 +773,9 @@ def _decode_heic(data: bytes, name: str) -> np.ndarray:
 
 
 def _decode_avif(data: bytes, name: str) -> tuple[np.ndarray, int]:
-    with Image.open(io.BytesIO(data), formats=["AVIF"]) as image:
+    # The plugin's class itself: Image.open would first ask it whether it accepts the major brand (avif, avis, mif1 or
+    # msf1 only), refusing AVIFs whose major brand is an AV1 profile's (MA1B, MA1A) that sniff() accepts.
+    with AvifImagePlugin.AvifImageFile(io.BytesIO(data)) as image:
         if getattr(image, "n_frames", 1) > 1:
             raise HeifError("animated AVIF (an image sequence) is not accepted")
         # Pillow sets the Exif orientation to the one irot/imir give (1 without them): the file's own Exif tag is not used.

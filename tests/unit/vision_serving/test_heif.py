@@ -294,3 +294,10 @@ def test_an_item_type_that_is_not_a_four_character_code_is_refused(heif_files):
     mangled = heif_files["heic_grid_6"].replace(b"Exif", b"E\xe5if", 1)  # the Exif item's entry in iinf
     with pytest.raises(ImageError, match=r"item 8's type b'E\\xe5if' is not a four-character code"):
         image_codec.decode(mangled, LIMITS)
+
+
+def test_an_avif_whose_major_brand_is_an_av1_profile_is_decoded(heif_files, sources):
+    """Brands name the format wherever they are listed: major brand MA1B (AV1 baseline profile), 'avif' compatible."""
+    data = heif_files["avif"][:8] + b"MA1B" + heif_files["avif"][12:]
+    assert b"avif" in data[16:32] and image_codec.sniff_format(data) == "avif"
+    assert mean_difference(image_codec.decode_rgb(data, LIMITS), sources["photo"]) < LOSSY
