@@ -37,13 +37,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "heic": {"format": "heic"},
     "heic_10bit": {"format": "heic", "bits": 10},
     "heic_alpha": {"format": "heic", "alpha": True},
-    "heic_grid_irot": {"format": "heic", "tile_size": 256, "orientation": 6},  # Apple's layout, on a small photo
+    # Stored sideways and turned upright by irot, as a phone stores a portrait; Apple's grid layout on a small photo.
+    "heic_grid_irot": {"format": "heic", "tile_size": 256, "orientation": 6},
     "heic_multi": {"format": "heic", "multi": True},
     "avif": {"format": "avif"},
     "avif_10bit": {"format": "avif", "bits": 10},
     "avif_alpha": {"format": "avif", "alpha": True},
     "avif_irot": {"format": "avif", "orientation": 8},
 }
+# Exif orientation -> np.rot90 turns (anticlockwise) of the upright photo that give the stored pixels.
+SIDEWAYS = {6: 1, 8: -1}
 OUTPUTS = {
     "image_classifier": ("LABELS",),
     "face_detector": ("BOXES", "COUNT"),
@@ -62,6 +65,10 @@ def heif_files() -> dict[str, bytes]:
         rgb = image_codec.decode_rgb(data, LIMITS)
         images[source] = rgb
         images[f"{source}_rgba"] = np.dstack([rgb, np.full(rgb.shape[:2], 160, np.uint8)])
+        for orientation, turns in SIDEWAYS.items():  # what a camera stores for an upright photo with this orientation
+            stored = np.ascontiguousarray(np.rot90(rgb, turns))
+            assert np.array_equal(image_codec.apply_orientation(stored, orientation), rgb)
+            images[f"{source}_{orientation}"] = stored
     images["other"] = cv2.resize(images["coffee"], (96, 64))
     specs = []
     for source in SOURCES:
@@ -69,6 +76,8 @@ def heif_files() -> dict[str, bytes]:
             spec: dict[str, Any] = {"name": f"{source}/{variant}".replace("/", "__"), "format": options["format"], "image": source}
             if options.get("alpha"):
                 spec["image"] = f"{source}_rgba"
+            if "orientation" in options:
+                spec["image"] = f"{source}_{options['orientation']}"
             if options.get("multi"):
                 spec |= {"image": "other", "images": [source, "other"], "primary": 1}
             spec |= {key: options[key] for key in ("bits", "tile_size", "orientation") if key in options}
