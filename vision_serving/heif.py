@@ -75,7 +75,7 @@ MAX_EXTENTS = 4096
 GRID_OVERHANG = 0.125
 # A coded picture is the image rounded up to whole coding blocks (HEVC: 8 to 64 pixels; AV1 codes any size).
 CODING_BLOCK = 64
-# The primary item's alpha (or another auxiliary image): its coded data is decoded with it.
+# The auxiliary types of an alpha image (auxC): the decoders decode it with the primary image, so it is checked too.
 ALPHA_TYPES = ("urn:mpeg:mpegB:cicp:systems:auxiliary:alpha", "urn:mpeg:hevc:2015:auxid:1")
 _HVCC_HEADER = 22
 _HEVC_SPS = 33
