@@ -14,6 +14,10 @@ Upload mixes (``upload_mix``), what users send:
   phone photo (an upscaled photo alone is too smooth: ~0.6 MB). Every other
   one is stored sideways with EXIF orientation 6 (portrait shots, as phones
   store them), so the decoder's orientation step is in the measurement;
+- ``heic``, ``avif``: the same 12 MP phone photos as an iPhone stores them, HEIC (HEVC, quality
+  :data:`HEIF_QUALITY`, Apple's 512-pixel grid tiles, the portrait ones stored sideways with an
+  ``irot`` rotation and the Exif orientation kept), and as AVIF (AV1, the same quality, ``irot``);
+  encoded once in the ``heif-encode`` environment (devtools/heif_encode.py, cached under .build);
 - ``mix``: 20 % thumbnails, 60 % web photos, 20 % phone photos (by request);
 - ``text``: photos with text, for a text reading pipeline: the installed photos that have some (a
   scanned page, a name badge, brands on a tank and a cup, a clock face) and web photos with 2, 5 or
@@ -30,6 +34,7 @@ import cv2
 import numpy as np
 
 from builders import photos
+from vision_serving import image_codec
 
 # Colour and grey photographs (no synthetic textures), varied aspect ratios.
 PHOTO_NAMES = ("astronaut", "camera", "chelsea", "coffee", "coins", "motorcycle_left", "rocket", "retina")
@@ -41,7 +46,11 @@ PHONE_SIZE = (4000, 3000)  # width, height as stored (landscape sensor)
 PHONE_NOISE_SIGMA = 6.5  # grey levels: sensor-like noise, so 12 MP compresses to 2.5-4 MB at quality 90
 PHONE_ROTATED_ORIENTATION = 6  # EXIF: rotate 90 degrees clockwise to display (a portrait shot)
 MIX_SHARES = {"thumbnail": 0.2, "web": 0.6, "phone": 0.2}
-MIXES = ("web", "thumbnail", "phone", "mix", "text")
+MIXES = ("web", "thumbnail", "phone", "heic", "avif", "mix", "text")
+# HEIC/AVIF phone photos: quality 50 gives about 2 MB 12 MP HEICs, as iPhones write (80: 8.5 MB); Apple's grid tiles.
+HEIF_QUALITY = 50
+HEIC_TILE_SIZE = 512
+AVIF_SPEED = 8  # libaom's encoder speed (0-10): the files are made once, the decoder is what is measured
 TEXT_PHOTOS = ("page", "grace_hopper", "motorcycle_left", "motorcycle_right", "coffee", "camera", "china")
 TEXT_BACKGROUNDS = ("astronaut", "chelsea", "rocket", "coins")
 TEXT_LINES = (2, 5, 10)
@@ -85,9 +94,10 @@ def describe(payloads: list[Payload]) -> dict:
     kinds = [_kind(p) for p in payloads]
     return {
         "count": len(payloads),
-        "format": f"JPEG quality {JPEG_QUALITY}",
+        "format": ", ".join(sorted({_format(p) for p in payloads})),
         "shares": {kind: round(kinds.count(kind) / len(kinds), 3) for kind in sorted(set(kinds))},
         "exif_rotated": sum(1 for p in payloads if "exif" in p.name),
+        "irot_rotated": sum(1 for p in payloads if "irot" in p.name),
         "photos": sorted({p.name.split("@")[0] for p in payloads}),
         "longer_sides": sorted({max(p.width, p.height) for p in payloads}),
         "bytes_min": min(sizes),
@@ -117,6 +127,16 @@ def phone_photo(image: np.ndarray, seed: int, rotated: bool = False) -> bytes:
     ``rotated``: stored sideways (the photo turned 90 degrees counter-clockwise) with EXIF
     orientation 6, so that it displays upright, as a phone stores a portrait shot.
     """
+    large = phone_pixels(image, seed, rotated)
+    ok, encoded = cv2.imencode(".jpg", large, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+    if not ok:
+        raise RuntimeError("OpenCV could not encode a phone photo as JPEG")
+    data = encoded.tobytes()
+    return with_exif_orientation(data, PHONE_ROTATED_ORIENTATION) if rotated else data
+
+
+def phone_pixels(image: np.ndarray, seed: int, rotated: bool = False) -> np.ndarray:
+    """The stored BGR pixels of :func:`phone_photo` (sideways when ``rotated``)."""
     width, height = PHONE_SIZE
     if rotated:
         width, height = height, width  # the displayed photo is portrait
@@ -136,11 +156,7 @@ def phone_photo(image: np.ndarray, seed: int, rotated: bool = False) -> bytes:
     large = np.clip(large.astype(np.float32) + noise, 0, 255).astype(np.uint8)
     if rotated:
         large = cv2.rotate(large, cv2.ROTATE_90_COUNTERCLOCKWISE)  # stored landscape; orientation 6 turns it back
-    ok, encoded = cv2.imencode(".jpg", large, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
-    if not ok:
-        raise RuntimeError("OpenCV could not encode a phone photo as JPEG")
-    data = encoded.tobytes()
-    return with_exif_orientation(data, PHONE_ROTATED_ORIENTATION) if rotated else data
+    return large
 
 
 @functools.cache
@@ -154,6 +170,32 @@ def phone_payloads(names: tuple[str, ...] = PHOTO_NAMES) -> tuple[Payload, ...]:
         data = phone_photo(cv2.imread(str(available[name]), cv2.IMREAD_COLOR), seed=index, rotated=rotated)
         width, height = PHONE_SIZE[::-1] if rotated else PHONE_SIZE  # as displayed
         payloads.append(Payload(f"{name}@12MP{'/exif6' if rotated else ''}", width, height, data))
+    return tuple(payloads)
+
+
+@functools.cache
+def heif_payloads(image_format: str, names: tuple[str, ...] = PHOTO_NAMES) -> tuple[Payload, ...]:
+    """:func:`phone_payloads`' photos as HEIC or AVIF: the same stored pixels, the rotated ones with irot
+    (orientation 6) instead of an Exif segment."""
+    from devtools import heif_encode
+
+    available = photos.registry()
+    names = tuple(name for name in names if name in available)
+    stored, specs, payloads = {}, [], []
+    for index, name in enumerate(names):
+        rotated = index % 2 == 1
+        pixels = phone_pixels(cv2.imread(str(available[name]), cv2.IMREAD_COLOR), seed=index, rotated=rotated)
+        stored[name] = np.ascontiguousarray(pixels[..., ::-1])  # RGB
+        spec = {"name": name, "format": image_format, "image": name, "quality": HEIF_QUALITY}
+        spec |= {"tile_size": HEIC_TILE_SIZE} if image_format == "heic" else {"speed": AVIF_SPEED}
+        if rotated:
+            spec["orientation"] = PHONE_ROTATED_ORIENTATION
+        specs.append(spec)
+    encoded = heif_encode.encode(specs, stored)
+    for index, name in enumerate(names):
+        rotated = index % 2 == 1
+        width, height = PHONE_SIZE[::-1] if rotated else PHONE_SIZE  # as displayed
+        payloads.append(Payload(f"{name}@12MP.{image_format}{'/irot' if rotated else ''}", width, height, encoded[name]))
     return tuple(payloads)
 
 
@@ -214,6 +256,8 @@ def upload_mix(mix: str) -> list[Payload]:
         return jpeg_payloads(sizes=THUMBNAIL_SIZES)
     if mix == "phone":
         return list(phone_payloads())
+    if mix in ("heic", "avif"):
+        return list(heif_payloads(mix))
     if mix != "mix":
         raise ValueError(f"unknown upload mix {mix!r}; known: {', '.join(MIXES)}")
     parts = {"thumbnail": upload_mix("thumbnail"), "web": upload_mix("web"), "phone": upload_mix("phone")}
@@ -225,6 +269,13 @@ def upload_mix(mix: str) -> list[Payload]:
         chosen += [part[i % len(part)] for i in range(wanted)]
     order = np.random.default_rng(0).permutation(len(chosen))
     return [chosen[i] for i in order]
+
+
+def _format(payload: Payload) -> str:
+    heif_format = image_codec.sniff_format(payload.data[: image_codec.SNIFF_BYTES])
+    if heif_format in ("heic", "avif"):
+        return f"{heif_format.upper()} quality {HEIF_QUALITY}"
+    return f"JPEG quality {JPEG_QUALITY}"
 
 
 def _kind(payload: Payload) -> str:

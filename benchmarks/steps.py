@@ -1,6 +1,6 @@
 """Per-step CPU costs, in-process, one thread: what each image costs each step of the served computation.
 
-    .venv/bin/python -m benchmarks.steps [--parts pipelines,runtimes,detection,drift,text_reading,text_canvas] [--pipelines NAME,... | all]
+    .venv/bin/python -m benchmarks.steps [--parts pipelines,runtimes,detection,drift,text_reading,text_canvas,decode] [--pipelines NAME,... | all]
         [--mixes web,phone] [--decoders served,opencv] [--repeats 3] [--output DIR] [--render-only]
 
 CPU time (``time.process_time``) per image, best of ``--repeats`` passes after a warm-up, so other
@@ -26,6 +26,10 @@ the runtimes), as each served instance runs. Every figure goes through the serve
 - ``text_reading``: the text reader's steps per photo at 0, 5 and 50 lines of text (``benchmarks.text_reading``);
 - ``text_canvas``: the text detector's input padded to a canvas (so photos of different sizes could batch) against
   each photo's own size: the detector's cost and how far the lines read agree (``benchmarks.text_reading``);
+- ``decode``: the decoder alone on the same 12 MP phone photos as JPEG, HEIC and AVIF (upload mixes
+  ``phone``, ``heic``, ``avif``), as the classifier's preprocess decodes them (``served``: a JPEG at the
+  DCT scale its center crop needs; HEIC and AVIF have no reduced decode) and at full size (``full``:
+  what the exact-resize pipelines decode);
 - ``drift``: the drift statistics apart: image features per batch of 8 and per image, reduced vs full
   decode; one test update of a full window against the classifier's reference (every feature: KS and
   chi-square); appending a batch to the windows (the request thread's share).
@@ -51,7 +55,9 @@ from benchmarks.cpu import TimedStage, cpu_ms
 from vision_serving import core_model, drift, image_codec, layout, model_config, preprocessing
 
 BENCHMARK = "steps"
-PARTS = ("pipelines", "runtimes", "detection", "drift", "text_reading", "text_canvas")
+PARTS = ("pipelines", "runtimes", "detection", "drift", "text_reading", "text_canvas", "decode")
+# The decode part: the same 12 MP photos in each format (benchmarks/images.py).
+DECODE_MIXES = ("phone", "heic", "avif")
 CORE_BATCH = 8
 OPENVINO_CONFIG = "cpu_openvino"
 # name -> (core config, parameters) of the runtimes part.
@@ -283,6 +289,46 @@ def measure_text_reading(result: dict, repeats: int) -> None:
         report.add(result, "text_reading", **row)
 
 
+def measure_decode(result: dict, repeats: int) -> None:
+    from builders import loaded
+
+    report.table(
+        result,
+        "decode",
+        "Decoding a 12 MP phone photo: JPEG, HEIC and AVIF of the same pixels",
+        {"mix": "mix", "format": "format", "decoder": "decode", "cpu_ms": "CPU ms/img", "decoded_mp": "decoded MP", "megabytes": "MB/file"},
+        "One thread, the image_classifier's preprocess limits, the decoder alone (no resize). served: as the classifier decodes "
+        "(a JPEG at the DCT scale its center crop needs; HEIC and AVIF have no reduced decode); full: the whole image, as the "
+        "segmenter, detector and text reader decode every format. Half the photos are portraits stored sideways (JPEG: Exif "
+        "orientation 6; HEIC, AVIF: irot): the orientation step is in the figure.",
+    )
+    one_thread()
+    classifier = loaded.load(CLASSIFIER)
+    spec, limits = classifier.configs.spec, classifier.configs.limits
+    for mix in DECODE_MIXES:
+        payloads = [p.data for p in images.upload_mix(mix)]
+        image_format = str(image_codec.sniff_format(payloads[0][: image_codec.SNIFF_BYTES]))
+        for decoder, minimum in (("served", preprocessing.decode_minimum(spec)), ("full", None)):
+            report.log(BENCHMARK, f"decode, {mix}, {decoder}")
+
+            def decode_all(
+                minimum: image_codec.MinimumSize | None = minimum, payloads: list[bytes] = payloads
+            ) -> list[image_codec.Decoded]:
+                return [image_codec.decode(data, limits, minimum) for data in payloads]
+
+            pixels = np.mean([item.image.shape[0] * item.image.shape[1] for item in decode_all()])
+            report.add(
+                result,
+                "decode",
+                mix=mix,
+                format=image_format,
+                decoder=decoder,
+                cpu_ms=cpu_ms(decode_all, len(payloads), repeats),
+                decoded_mp=round(float(pixels) / 1e6, 2),
+                megabytes=round(float(np.mean([len(data) for data in payloads])) / 1e6, 2),
+            )
+
+
 def measure_drift(result: dict, repeats: int) -> None:
     from builders import calibration, drift_reference, loaded
 
@@ -380,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_text_reading(result, max(args.repeats, 3))
     if "text_canvas" in args.parts:
         measure_text_canvas(result)
+    if "decode" in args.parts:
+        measure_decode(result, args.repeats)
     written = report.write(report.finish(result), args.output)
     report.log(BENCHMARK, f"after {result['elapsed_s']:.0f} s: {', '.join(map(str, written))}")
     print(report.markdown(result))

@@ -46,7 +46,7 @@ from vision_serving.protos.model_config_pb2 import ModelConfig
 from vision_serving.tasks import registry
 from vision_serving.tasks.base import Role, Task, resolve_roles
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".heic", ".heif", ".avif")
 DEFAULT_URLS = {"grpc": "localhost:8001", "http": "localhost:8000"}
 # How each protocol reports Triton's INVALID_ARG: the server rejected this input.
 INVALID_ARG_STATUSES = {"StatusCode.INVALID_ARGUMENT", "400"}

@@ -87,6 +87,7 @@ SETS = (
         "ultralytics", "the tests' YOLO reference environment .build/envs/ultralytics (builders/build_envs.py)", "3.11", LOCAL_PLATFORM
     ),
     LockSet("rapidocr", "the tests' OCR reference environment .build/envs/rapidocr (builders/build_envs.py)", "3.11", LOCAL_PLATFORM),
+    LockSet("heif-encode", "the tests' HEIC and AVIF encoders .build/envs/heif-encode (builders/build_envs.py)", "3.11", LOCAL_PLATFORM),
 )
 BY_NAME = {lock_set.name: lock_set for lock_set in SETS}
 

@@ -119,10 +119,11 @@ def _deploy_check_tools(log: object) -> Path:
 
 
 # What a test needs installed, by a fixture it uses (directly or through others): the exports' tf2onnx
-# environment for the built repository, the deployment checks' tools.
+# environment for the built repository, the deployment checks' tools, the HEIC/AVIF encoders.
 INSTALLS_BY_FIXTURE = {
     "built_repository": ("tflite-convert", background.build_env("tflite-convert")),
     "tools": ("deploy-check", _deploy_check_tools),
+    "heif_files": ("heif-encode", background.build_env("heif-encode")),
 }
 
 

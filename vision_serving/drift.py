@@ -128,7 +128,9 @@ def image_features(images: Sequence[np.ndarray], sizes: np.ndarray, byte_sizes: 
 
 def payload_facts(payloads: Sequence[Any]) -> tuple[list[int], list[str]]:
     """Encoded images (bytes or numpy BYTES items) -> their sizes in bytes and formats (from the magic bytes)."""
-    return [len(item) for item in payloads], [image_codec.sniff_format(bytes(item[:16])) or "unknown" for item in payloads]
+    return [len(item) for item in payloads], [
+        image_codec.sniff_format(bytes(item[: image_codec.SNIFF_BYTES])) or "unknown" for item in payloads
+    ]
 
 
 def finite_rows(values: np.ndarray) -> np.ndarray:

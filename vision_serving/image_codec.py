@@ -1,4 +1,5 @@
-"""Validate encoded image bytes before decoding, then decode them (JPEG: libjpeg-turbo via simplejpeg; PNG, WebP: OpenCV).
+"""Validate encoded image bytes before decoding, then decode them (JPEG: libjpeg-turbo via simplejpeg; PNG, WebP: OpenCV;
+HEIC and AVIF: libheif and libavif, :mod:`vision_serving.heif`).
 
 Checks run cheapest first and never decode a payload that fails one:
 empty payload -> size limit -> format by magic bytes -> declared pixel count
@@ -24,6 +25,11 @@ compares all eight orientations).
 data) are errors: a damaged JPEG is refused, not classified as a partly grey image.
 CMYK/YCCK JPEGs, which libjpeg-turbo cannot convert to RGB, are decoded by OpenCV at full size.
 
+**HEIC and AVIF** (:mod:`vision_serving.heif`): the size is the primary image's, from its
+container (``ispe``), checked like the others; the grid tiles, the coded streams' own sizes and
+the byte ranges are checked before decoding, and their ``irot``/``imir`` orientation (not Exif's)
+is applied once. They always decode at full size.
+
 **Trailing data.** A JPEG ends at its first end-of-image marker found by walking its
 segments; data after it (phones append a motion photo's video) is ignored. A WebP ends
 where its RIFF header says. Really truncated files are still refused.
@@ -39,6 +45,8 @@ import cv2
 import numpy as np
 import simplejpeg
 
+from . import heif
+
 # Format name -> magic bytes at offset 0.
 MAGIC_BYTES: dict[str, bytes] = {
     "jpeg": b"\xff\xd8\xff",
@@ -46,7 +54,9 @@ MAGIC_BYTES: dict[str, bytes] = {
 }
 # WebP: a RIFF container (b"RIFF", little-endian size, b"WEBP").
 _RIFF, _WEBP = b"RIFF", b"WEBP"
-FORMATS = (*MAGIC_BYTES, "webp")
+FORMATS = (*MAGIC_BYTES, "webp", *heif.FORMATS)
+# sniff_format reads at most this many leading bytes (a HEIF file's brands are in its first box).
+SNIFF_BYTES = heif.SNIFF_BYTES
 
 # Formats we recognise but do not accept: name -> (offset, magic). Named in the
 # error so a client learns what was wrong with its payload.
@@ -54,7 +64,7 @@ KNOWN_UNACCEPTED: dict[str, tuple[tuple[int, bytes], ...]] = {
     "GIF": ((0, b"GIF87a"), (0, b"GIF89a")),
     "BMP": ((0, b"BM"),),
     "TIFF": ((0, b"II*\x00"), (0, b"MM\x00*")),
-    "HEIF/AVIF (ISO media)": ((4, b"ftyp"),),
+    "ISO media (MP4, MOV, or HEIF of another coding)": ((4, b"ftyp"),),
     "JPEG 2000": ((0, b"\x00\x00\x00\x0cjP  \r\n\x87\n"), (0, b"\xff\x4f\xff\x51")),
     "ICO": ((0, b"\x00\x00\x01\x00"),),
 }
@@ -117,7 +127,7 @@ def sniff_format(data: bytes) -> str | None:
             return name
     if data[:4] == _RIFF and data[8:12] == _WEBP:
         return "webp"
-    return None
+    return heif.sniff(data)
 
 
 def unaccepted_format(data: bytes) -> str | None:
@@ -140,6 +150,9 @@ def declared_size(data: bytes, image_format: str) -> tuple[int, int]:
         return _jpeg_declared_size(data)
     if image_format == "webp":
         return _webp_declared_size(data)
+    if image_format in heif.FORMATS:
+        header = _heif_header(data, image_format)
+        return header.width, header.height
     raise ImageError(f"unsupported format {image_format!r}")
 
 
@@ -315,6 +328,7 @@ class Checked:
     width: int
     height: int
     end: int  # the image's bytes are data[:end]; anything after it is ignored
+    heif: heif.Header | None = None  # HEIC and AVIF: the parsed container
 
 
 @dataclass(frozen=True)
@@ -357,7 +371,8 @@ def check(data: bytes, limits: ImageLimits) -> Checked:
         else:
             what = "unrecognized image format"
         raise ImageError(f"{what} (first bytes {data[:8].hex()}); accepted formats: {accepted}")
-    width, height = declared_size(data, image_format)
+    header = _heif_header(data, image_format) if image_format in heif.FORMATS else None
+    width, height = (header.width, header.height) if header else declared_size(data, image_format)
     if width == 0 or height == 0:
         raise ImageError(f"corrupt {image_format.upper()}: declared size {width}x{height}")
     if width * height > limits.max_pixels:
@@ -377,11 +392,23 @@ def check(data: bytes, limits: ImageLimits) -> Checked:
             end = len(data)  # a marker walk that stopped early: the (strict) decoder judges the data
     elif image_format == "webp":
         end = _webp_end(data)
+    elif header is not None:
+        try:  # tiles, coded sizes, byte ranges (truncation)
+            heif.check_images(data, header, limits.max_pixels, limits.max_side)
+        except heif.HeifError as error:
+            raise ImageError(str(error)) from None
     elif _PNG_IEND not in data[-_TRAILER_WINDOW:]:
         end = None
     if end is None:
         raise ImageError(f"truncated {image_format.upper()}: no end-of-image marker")
-    return Checked(image_format, width, height, end)
+    return Checked(image_format, width, height, end, header)
+
+
+def _heif_header(data: bytes, image_format: str) -> heif.Header:
+    try:
+        return heif.parse(data, image_format)
+    except heif.HeifError as error:
+        raise ImageError(str(error)) from None
 
 
 def decode_rgb(data: bytes, limits: ImageLimits) -> np.ndarray:
@@ -401,6 +428,8 @@ def decode(data: bytes, limits: ImageLimits, minimum: MinimumSize | None = None)
         decoded = _decode_jpeg(payload, checked, minimum or MinimumSize())
         if decoded is not None:
             return decoded
+    if checked.heif is not None:
+        return _decode_heif(payload, checked.heif)
     image = _decode_opencv(payload, checked)
     return Decoded(image, image.shape[0], image.shape[1])
 
@@ -424,6 +453,21 @@ def _decode_opencv(data: bytes, checked: Checked) -> np.ndarray:
         return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
     except cv2.error:
         raise ImageError(f"corrupt {name}: cannot convert the decoded image") from None
+
+
+def _decode_heif(data: bytes, header: heif.Header) -> Decoded:
+    """HEIC/AVIF at full size, its irot/imir orientation applied once (by libheif, or here for AVIF)."""
+    try:
+        pixels, orientation = heif.decode(data, header)
+    except heif.HeifError as error:
+        raise ImageError(str(error)) from None
+    image = apply_orientation(pixels, orientation)
+    width, height = header.displayed
+    got_height, got_width = image.shape[:2]
+    # Defence in depth, as for the other formats; libheif crops to a clean aperture (clap), never grows.
+    if (got_width, got_height) != (width, height) and not (header.cropped and got_width <= width and got_height <= height):
+        raise ImageError(f"corrupt {header.format.upper()}: decoded {got_width}x{got_height} image, header declares {width}x{height}")
+    return Decoded(np.ascontiguousarray(image), got_height, got_width)
 
 
 def _stored_minimum(checked: Checked, minimum: MinimumSize, transposed: bool) -> tuple[int, int]:

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from . import image_to_tensor, model_config
+from . import heif, image_to_tensor, model_config
 from .image_codec import Decoded, ImageError, ImageLimits, MinimumSize, decode
 
 INTERPOLATIONS = {
@@ -88,8 +88,9 @@ TRANSFORM_SIZE = 4
 
 
 def set_threads(count: int) -> None:
-    """OpenCV's thread pool size for this process (0: OpenCV's default, one per CPU)."""
+    """OpenCV's thread pool size for this process (0: OpenCV's default, one per CPU), and the HEIC/AVIF decoders'."""
     cv2.setNumThreads(count if count > 0 else -1)
+    heif.set_threads(count)
 
 
 @dataclass(frozen=True)

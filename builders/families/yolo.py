@@ -473,7 +473,7 @@ def _preprocess_config(header: str, name: str, model: YoloModel, max_batch: int)
             "decode_oversampling": "0",
             "mean": "0,0,0",
             "std": "255,255,255",
-            "accepted_formats": "jpeg,png,webp",
+            "accepted_formats": "jpeg,png,webp,heic,avif",
             "max_image_bytes": "20971520",
             "max_image_pixels": "50000000",
             "max_image_side": "32766",

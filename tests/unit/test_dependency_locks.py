@@ -16,7 +16,7 @@ from vision_serving import layout
 ROOT = layout.REPOSITORY_ROOT
 SET_NAMES = [lock_set.name for lock_set in lock.SETS]
 # Import name -> distribution, where they differ.
-DISTRIBUTION = {"cv2": "opencv-python-headless", "google": "protobuf"}
+DISTRIBUTION = {"cv2": "opencv-python-headless", "google": "protobuf", "PIL": "pillow", "_pi_heif": "pi-heif"}
 # Third-party modules vision_serving imports that the serving image need not have, and why.
 NOT_SERVED = {
     "onnx": "vision_serving.consistency.check_onnx (offline checks by the builders and tests), imported inside the function",
