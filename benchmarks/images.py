@@ -160,14 +160,16 @@ def phone_pixels(image: np.ndarray, seed: int, rotated: bool = False) -> np.ndar
 
 
 @functools.cache
-def phone_payloads(names: tuple[str, ...] = PHOTO_NAMES) -> tuple[Payload, ...]:
-    """One 12 MP phone JPEG per photo; every other one stored sideways with EXIF orientation 6."""
+def phone_payloads(names: tuple[str, ...] = PHOTO_NAMES, noise_draw: int = 0) -> tuple[Payload, ...]:
+    """One 12 MP phone JPEG per photo; every other one stored sideways with EXIF orientation 6. ``noise_draw``:
+    another draw of the sensor-like noise (the same photos, as a second shot of the same scene would differ)."""
     available = photos.registry()
     names = tuple(name for name in names if name in available)
     payloads = []
     for index, name in enumerate(names):
         rotated = index % 2 == 1
-        data = phone_photo(cv2.imread(str(available[name]), cv2.IMREAD_COLOR), seed=index, rotated=rotated)
+        seed = index + 1000 * noise_draw
+        data = phone_photo(cv2.imread(str(available[name]), cv2.IMREAD_COLOR), seed=seed, rotated=rotated)
         width, height = PHONE_SIZE[::-1] if rotated else PHONE_SIZE  # as displayed
         payloads.append(Payload(f"{name}@12MP{'/exif6' if rotated else ''}", width, height, data))
     return tuple(payloads)

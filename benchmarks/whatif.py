@@ -1,6 +1,6 @@
 """What-ifs: the served configuration against a changed one, side by side, each what-if an option.
 
-    .venv/bin/python -m benchmarks.whatif [--decode-gate] [--oversampling X ...] [--reducing-gap X ...] [--per-photo N]
+    .venv/bin/python -m benchmarks.whatif [--decode-gate] [--decode-bounds [--pipelines NAME,...]] [--oversampling X ...] [--reducing-gap X ...] [--per-photo N]
         [--configs NAME=EDITS ...] [--overload CLIENTS,...] [--drift-reference] [--pipeline NAME] [--output DIR]
 
 With no what-if option: ``--decode-gate``. Each option adds its what-if to one run (one result):
@@ -14,6 +14,13 @@ With no what-if option: ``--decode-gate``. Each option adds its what-if to one r
   served configuration misses it); top-5 overlap reported. Context: the full decode shrunk with area
   averaging to the reduced decode's size, then the served preprocessing (a reference without the
   aliasing of a large bicubic downscale).
+- ``--decode-bounds``: every pipeline whose preprocess decodes JPEGs reduced (``decode_oversampling``
+  above 0; ``--pipelines``), its answers against the same pipeline decoding every photo at full size
+  (``decode_oversampling`` 0), on the ``web`` and ``phone`` upload mixes, by its task's own gate metrics
+  (detections: the same count, matched box IoU; masks: the two-class mean IoU and the foreground IoU of
+  each photo), with the bounds the reduced decode is held to (top-1 unchanged, boxes IoU >= 0.98, masks >= 0.99) and, for
+  context, the same metrics between the full decodes of two noise draws of the same phone photos: how much
+  the answers move when nothing but the sensor noise changes. And what decode and preprocess cost per photo.
 - ``--oversampling X`` / ``--reducing-gap X``: the same gate with another ``decode_oversampling`` or
   ``resize_reducing_gap`` than the preprocess config's (the reducing gap applies to the reference
   too), and what decode and preprocess then cost per image (CPU ms, one thread, web and phone photos).
@@ -195,6 +202,99 @@ def declare_decode_tables(result: dict) -> None:
         "decode_costs",
         "What decode and preprocess cost (CPU ms per image, one thread)",
         {"variant": "variant", "mix": "mix", "decode": "decode", "preprocess": "preprocess"},
+    )
+
+
+# ---------------------------------------------------------------------------- the decode bounds of other tasks
+
+# What the reduced decode may move against the full decode, by gate metric (the lowest value over a mix's photos).
+DECODE_BOUNDS = {"top1_agreement": 1.0, "matched_iou_min": 0.98, "images_with_the_same_count": 1.0, "foreground_iou_min": 0.99}
+# A mask's foreground IoU counts where the photo shows something to segment (a person mask of 1 % or more of the photo).
+MIN_FOREGROUND = 0.01
+BOUND_METRICS = ("top1_agreement", "images_with_the_same_count", "matched_iou_min", "matched_iou_mean", "mean_iou", "foreground_iou_min")
+
+
+def reduced_pipelines(names: list[str] | None) -> list[str]:
+    """The pipelines (``names``, else all) whose image-to-tensor preprocess decodes JPEGs reduced."""
+    from vision_serving import layout, preprocessing, preprocessors
+    from vision_serving.pipeline_configs import PipelineConfigs
+
+    chosen = []
+    for pipeline in layout.pipelines(MODEL_REPOSITORY):
+        if names and pipeline.name not in names:
+            continue
+        configs = PipelineConfigs.load(pipeline)
+        if preprocessors.custom(configs.preprocess) is None and preprocessing.decode_minimum(configs.spec) is not None:
+            chosen.append(pipeline.name)
+    return chosen
+
+
+def _agreement(reference: Any, candidate: Any, served: inprocess.BenchedPipeline) -> dict[str, Any]:
+    """The task's gate metrics of ``candidate`` against ``reference`` (the foreground IoU over photos with a mask)."""
+    task = served.configs.task
+    metrics = dict(task.gate(reference, candidate, task.gate_defaults)["metrics"])
+    if "foreground_iou_min" in metrics:
+        from vision_serving.tasks import segmentation
+
+        pairs = [(a, b) for a, b in zip(reference.thresholded(), candidate.thresholded()) if a.mean() >= MIN_FOREGROUND]
+        metrics["foreground_iou_min"] = min((segmentation.iou(a, b) for a, b in pairs), default=1.0)
+    return {key: round(float(metrics[key]), 4) for key in BOUND_METRICS if key in metrics}
+
+
+def decode_bounds(result: dict, pipelines: list[str], repeats: int) -> None:
+    """The rows of ``--decode-bounds``: each reduced pipeline and mix, served against full decoding (and the noise floor)."""
+    from vision_serving import layout
+
+    for name in pipelines:
+        pipeline = layout.pipeline(name, MODEL_REPOSITORY)
+        served = inprocess.load(pipeline)
+        full = inprocess.load(pipeline, inprocess.Variant(decode_oversampling=0.0))
+        oversampling = served.spec.decode_oversampling
+        steps.one_thread()
+        for mix in ("web", "phone"):
+            payloads = [p.data for p in images.upload_mix(mix)]
+            report.log(BENCHMARK, f"decode bounds, {name}, {mix}: {len(payloads)} photos")
+            reference = full.run(payloads)
+            compared = {"served (reduced) vs full decode": (reference, served.run(payloads))}
+            if mix == "phone":
+                other = [p.data for p in images.phone_payloads(noise_draw=1)]
+                compared["full decode, another noise draw vs the first"] = (reference, full.run(other))
+            costs = {
+                label: steps.served_costs(variant, payloads, repeats, core=False) for label, variant in (("served", served), ("full", full))
+            }
+            for label, (first, second) in compared.items():
+                metrics = _agreement(first, second, served)
+                bounded = {key: value for key, value in metrics.items() if key in DECODE_BOUNDS}
+                met = all(value >= DECODE_BOUNDS[key] for key, value in bounded.items()) if label.startswith("served") else None
+                report.add(
+                    result,
+                    "decode_bounds",
+                    pipeline=name,
+                    mix=mix,
+                    compared=label,
+                    oversampling=oversampling,
+                    photos=len(payloads),
+                    **metrics,
+                    decode_ms=round(costs["served" if label.startswith("served") else "full"]["decode"], 2),
+                    full_decode_ms=round(costs["full"]["decode"], 2),
+                    within_bounds=met,
+                )
+
+
+def declare_bounds_table(result: dict) -> None:
+    bounds = ", ".join(f"{key} >= {value:g}" for key, value in DECODE_BOUNDS.items())
+    report.table(
+        result,
+        "decode_bounds",
+        "Reduced decoding against the full decode, by the task's own metrics",
+        {"pipeline": "pipeline", "mix": "mix", "compared": "compared", "oversampling": "decode_oversampling", "photos": "photos"}
+        | {key: key.replace("_", " ") for key in BOUND_METRICS}
+        | {"decode_ms": "decode CPU ms/photo", "full_decode_ms": "full decode CPU ms/photo", "within_bounds": "within bounds"},
+        f"Each pipeline as served against the same pipeline with decode_oversampling 0 (every photo decoded at full size: its "
+        f"reference runtime's answer), on the web and phone upload mixes. Bounds: {bounds} (foreground IoU over photos whose "
+        f"mask covers at least {MIN_FOREGROUND:.0%}). The noise-draw rows compare the full decode of the phone photos with "
+        "the full decode of the same photos with another draw of their sensor-like noise: how far the answers move when only "
+        "the noise changes. Decode: CPU ms per photo, one thread.",
     )
 
 
@@ -438,6 +538,8 @@ def drift_reference(result: dict, reference_count: int, window_count: int) -> No
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.whatif", description=__doc__.split("\n\n")[0])
     parser.add_argument("--decode-gate", action="store_true", help="the served decode's gate (the default what-if)")
+    parser.add_argument("--decode-bounds", action="store_true", help="reduced decoding of every other pipeline against its full decode")
+    parser.add_argument("--pipelines", default="", help="--decode-bounds: comma-separated pipelines (default: every one that reduces)")
     parser.add_argument("--oversampling", type=float, action="append", default=[], help="what-if: another decode_oversampling")
     parser.add_argument("--reducing-gap", type=float, action="append", default=[], help="what-if: another resize_reducing_gap (0: off)")
     parser.add_argument("--per-photo", type=int, default=12, help="decode gate: augmentations per held-out photo (default 12)")
@@ -458,7 +560,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.per_photo < 0:
         parser.error("--per-photo must be >= 0")
-    if not (args.decode_gate or args.oversampling or args.reducing_gap or args.configs or args.overload or args.drift_reference):
+    if not (
+        args.decode_gate
+        or args.decode_bounds
+        or args.oversampling
+        or args.reducing_gap
+        or args.configs
+        or args.overload
+        or args.drift_reference
+    ):
         args.decode_gate = True
     try:
         args.variants = dict(item.split("=", 1) for item in args.configs or [])
@@ -484,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         key: getattr(args, key) for key in ("per_photo", "pipeline", "concurrency", "rounds", "window", "overload", "overload_duration")
     }
     settings |= {"variants": args.variants, "decode": list(decode_variants(args)), "drift_reference": args.drift_reference}
+    settings |= {"decode_bounds": args.decode_bounds, "pipelines": args.pipelines}
     result = report.new(
         BENCHMARK, "What-ifs: the served configuration against changed ones", report.command_line("benchmarks.whatif", argv), settings
     )
@@ -497,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
             served_passes = passed if label == "served" else served_passes
             if args.oversampling or args.reducing_gap:
                 decode_costs(result, label, variant, args.repeats)
+    if args.decode_bounds:
+        declare_bounds_table(result)
+        decode_bounds(result, reduced_pipelines([name for name in args.pipelines.split(",") if name]), args.repeats)
     if args.variants:
         configs_ab(result, args.variants, args)
     if args.overload:
