@@ -291,17 +291,17 @@ def _instances(kind: str, count: int) -> str:
 # CPU variants of the core (the same tensors): name -> (what it is, backend block, parameters, instances, queue delay).
 CPU_VARIANTS: dict[str, tuple[str, str, dict[str, str], int, int]] = {
     "cpu": ("The default CPU core: the FP32 ONNX on onnxruntime", 'backend: "python"',
-            {"runtime": "onnxruntime", "onnx_file": MODEL_FILE, "graph_optimization": "all", "intra_op_threads": "1"}, 2, 1000),
+            {"runtime": "onnxruntime", "onnx_file": MODEL_FILE, "graph_optimization": "all", "intra_op_threads": "1"}, 2, 0),
     "cpu_onnxruntime": ("The FP32 ONNX on onnxruntime (as cpu)", 'backend: "python"',
-                        {"runtime": "onnxruntime", "onnx_file": MODEL_FILE, "graph_optimization": "all", "intra_op_threads": "1"}, 2, 1000),
+                        {"runtime": "onnxruntime", "onnx_file": MODEL_FILE, "graph_optimization": "all", "intra_op_threads": "1"}, 2, 0),
     "cpu_int8": ("The INT8 Q/DQ ONNX on onnxruntime with optimizations off: an emulation of TensorRT's INT8", 'backend: "python"',
-                 {"onnx_file": layout.INT8_ONNX, "graph_optimization": "disable_all", "intra_op_threads": "2"}, 1, 2000),
+                 {"onnx_file": layout.INT8_ONNX, "graph_optimization": "disable_all", "intra_op_threads": "2"}, 1, 0),
     "cpu_openvino": ("The precision the ladder chose, on OpenVINO's CPU plugin", 'backend: "python"',
                      {"runtime": "openvino", "precision": "served", "performance_hint": "LATENCY", "num_streams": "1",
-                      "inference_threads": "1", "cpu_pinning": "false"}, 2, 1000),
+                      "inference_threads": "1", "cpu_pinning": "false"}, 2, 0),
     "cpu_openvino_fp32": ("The FP32 ONNX on OpenVINO's CPU plugin", 'backend: "python"',
                           {"runtime": "openvino", "precision": "fp32", "performance_hint": "LATENCY", "num_streams": "1",
-                           "inference_threads": "1", "cpu_pinning": "false"}, 2, 1000),
+                           "inference_threads": "1", "cpu_pinning": "false"}, 2, 0),
     "cpu_openvino_backend": ("The FP32 ONNX on Triton's own openvino backend (NVIDIA's server image)",
                              f'backend: "openvino"\ndefault_model_filename: "{MODEL_FILE}"',
                              {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "1", "ENABLE_BATCH_PADDING": "YES"},
@@ -495,7 +495,7 @@ max_batch_size: {max_batch}
 input {image}
 output {pixels}
 {preprocess_parameters}
-{_batching(500, 16)}
+{_batching(0, 16)}
 {_instances("KIND_CPU", 2)}
 """
 
@@ -529,7 +529,7 @@ max_batch_size: {max_batch}
 input {predictions}
 output {answers}
 {postprocess_parameters}
-{_batching(500, queue)}
+{_batching(0, queue)}
 {_instances("KIND_CPU", 1)}
 """
 
@@ -544,7 +544,7 @@ name: "{name}_core"
 platform: "tensorrt_plan"
 max_batch_size: {max_batch}
 {_core_io(model)}
-{_batching(500, queue)}
+{_batching(0, queue)}
 {_instances("KIND_GPU", 1)}
 {warmup}
 """
