@@ -29,7 +29,7 @@ from builders import BuildError, CheckFailed, Log, normalization, provenance, st
 from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
 from builders.loaded import LoadedPipeline
-from vision_serving import layout, preprocessing, preprocessors
+from vision_serving import layout, preprocessors
 from vision_serving.model_config import ModelConfig
 from vision_serving.served import ServedInputs
 
@@ -277,17 +277,13 @@ def _verified(loaded: LoadedPipeline, unfixed: Any, fixed: Any, log: Log) -> tup
 
     checks: dict[str, Any] = {}
     if preprocessors.custom(loaded.configs.preprocess) is not None:
-        return fixed, _verified_ragged(loaded, fixed, log)
-    spec = loaded.configs.spec
+        return _verified_ragged(loaded, fixed, log)
+    pixel_normalization = preprocessors.pixel_normalization(loaded.configs.preprocess)
     pixels = _served_batch(loaded, VERIFY_PHOTOS)  # what the preprocess hands the core: float32, or uint8 to normalize in it
-    floats = preprocessing.normalize_pixels(pixels, spec) if spec.pixel_dtype == "uint8" else pixels
+    floats = pixel_normalization.apply(pixels) if pixel_normalization is not None else pixels
     if any(node.op_type in reference_ops.CUSTOM_OP_TYPES for node in unfixed.graph.node):
         checks["reference_max_abs_diff"] = _verify_against_reference(unfixed, fixed, floats, log)
-    model = fixed
-    if normalization.needed(model, spec):
-        folded = normalization.fold(model, spec)
-        checks["normalization_max_abs_diff"] = normalization.check_fold(model, folded, pixels, spec, log)
-        model = folded
+    model = _normalized(fixed, pixel_normalization, pixels, checks, log)
     _check_io(model, loaded.configs.core(), loaded.layout.core_dir.name)
     if loaded.configs.core().max_batch_size > 1:
         checks["batch_max_abs_diff"] = _verify_batch(model, pixels[: loaded.configs.core().max_batch_size], log)
@@ -296,17 +292,34 @@ def _verified(loaded: LoadedPipeline, unfixed: Any, fixed: Any, log: Log) -> tup
     return model, checks
 
 
-def _verified_ragged(loaded: LoadedPipeline, model: Any, log: Log) -> dict[str, Any]:
-    """A core whose preprocessor sizes each photo (``vision_serving.preprocessors``): its I/O against its
-    config, and each verification photo's input run alone and as a batch of two (with its mirror image)."""
-    _check_io(model, loaded.configs.core(), loaded.layout.core_dir.name)
+def _normalized(model: Any, pixel_normalization: Any, pixels: Any, checks: dict[str, Any], log: Log) -> Any:
+    """``model`` with the normalization folded in when the preprocess hands uint8 (checked on ``pixels``, photo by
+    photo when they are ragged), else itself."""
+    if pixel_normalization is None or not normalization.needed(model, pixel_normalization):
+        return model
+    folded = normalization.fold(model, pixel_normalization)
+    batches = [np.asarray(image)[np.newaxis] for image in pixels] if preprocessors.is_ragged(pixels) else [pixels]
+    checks["normalization_max_abs_diff"] = max(
+        normalization.check_fold(model, folded, batch, pixel_normalization, lambda message: None) for batch in batches
+    )
+    log(f"normalization in the graph (uint8 pixels in): {len(pixels)} real photos, max |Δ| {checks['normalization_max_abs_diff']:.1e}")
+    return folded
+
+
+def _verified_ragged(loaded: LoadedPipeline, model: Any, log: Log) -> tuple[Any, dict[str, Any]]:
+    """A core whose preprocessor sizes each photo (``vision_serving.preprocessors``): the normalization folded in when
+    it hands uint8, its I/O against its config, and each verification photo's input run alone and as a batch of two
+    (with its mirror image). The model to write and the checks' numbers."""
+    checks: dict[str, Any] = {}
     pixels = _served_batch(loaded, VERIFY_PHOTOS)
+    model = _normalized(model, preprocessors.pixel_normalization(loaded.configs.preprocess), pixels, checks, log)
+    _check_io(model, loaded.configs.core(), loaded.layout.core_dir.name)
     worst = 0.0
     for image in pixels:
         image = np.asarray(image)
         worst = max(worst, _verify_batch(model, np.stack([image, image[..., ::-1]]), lambda message: None))
     log(f"{len(pixels)} photos, each at its own size: batch of 2 vs one by one: max |Δ| {worst:.1e}")
-    return {"batch_max_abs_diff": worst}
+    return model, {**checks, "batch_max_abs_diff": worst}
 
 
 def _check_io(model: Any, core: ModelConfig, model_name: str) -> None:

@@ -43,7 +43,7 @@ from builders.artifacts import (
 )
 from builders.loaded import LoadedPipeline
 from builders.passes import registry
-from vision_serving import image_codec, layout, model_config, preprocessing
+from vision_serving import image_codec, layout, model_config, preprocessing, preprocessors
 from vision_serving.model_config import ConfigError, ModelConfig
 
 MODEL_NAME = "efficientnet-lite0"
@@ -421,10 +421,10 @@ def export(pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stde
     model, rewrites = registry.apply_passes(exported, GRAPH_PASSES)
     if "ReduceMean" in {node.op_type for node in model.graph.node}:
         raise VerificationError("a ReduceMean is left after reduce_mean_to_global_average_pool")
-    spec = preprocessing.PreprocessSpec.from_config(plan.preprocess)
-    if normalization.needed(model, spec):
-        folded = normalization.fold(model, spec)
-        normalization.check_fold(model, folded, verification_batch(plan)[1], spec, log)
+    pixel_normalization = preprocessors.pixel_normalization(plan.preprocess)
+    if pixel_normalization is not None and normalization.needed(model, pixel_normalization):
+        folded = normalization.fold(model, pixel_normalization)
+        normalization.check_fold(model, folded, verification_batch(plan)[1], pixel_normalization, log)
         model = folded
     check_graph(model, plan.core)
     onnx_bytes = model.SerializeToString()

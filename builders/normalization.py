@@ -18,20 +18,20 @@ from typing import Any
 import numpy as np
 
 from builders import CheckFailed, Log
-from vision_serving import preprocessing
-from vision_serving.preprocessing import PreprocessSpec
+from vision_serving.preprocessing import PixelNormalization
 
 ATOL = 1e-5
 
 
-def needed(model: Any, spec: PreprocessSpec) -> bool:
-    """The preprocess hands uint8 and the model's (one) image input is still float32."""
+def needed(model: Any, normalization: PixelNormalization | None) -> bool:
+    """The preprocess hands uint8 (``normalization``: what its core must compute) and the model's (one) image input is
+    still float32."""
     import onnx
 
-    return spec.pixel_dtype == "uint8" and model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    return normalization is not None and model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
 
 
-def fold(model: Any, spec: PreprocessSpec) -> Any:
+def fold(model: Any, normalization: PixelNormalization) -> Any:
     """A copy of ``model`` whose first input takes uint8 pixels and normalizes them first."""
     import onnx
     from onnx import helper, numpy_helper
@@ -46,11 +46,8 @@ def fold(model: Any, spec: PreprocessSpec) -> Any:
     for output in graph.output:
         if output.name == name:
             raise CheckFailed(f"input '{name}' is also a graph output: cannot normalize it in the graph")
-    shape = (1, 3, 1, 1) if spec.layout == "NCHW" else (1, 1, 1, 3)
-    mean, std = preprocessing.normalization_constants(spec)
-    graph.initializer.extend(
-        [numpy_helper.from_array(mean.reshape(shape), f"{name}_mean"), numpy_helper.from_array(std.reshape(shape), f"{name}_std")]
-    )
+    mean, std = normalization.constants()
+    graph.initializer.extend([numpy_helper.from_array(mean, f"{name}_mean"), numpy_helper.from_array(std, f"{name}_std")])
     nodes = [
         helper.make_node("Cast", [name], [f"{name}_float"], to=onnx.TensorProto.FLOAT, name=f"{name}_to_float"),
         helper.make_node("Sub", [f"{name}_float", f"{name}_mean"], [f"{name}_centred"], name=f"{name}_minus_mean"),
@@ -63,7 +60,7 @@ def fold(model: Any, spec: PreprocessSpec) -> Any:
     return folded
 
 
-def check_fold(float_model: Any, folded: Any, pixels: np.ndarray, spec: PreprocessSpec, log: Log) -> float:
+def check_fold(float_model: Any, folded: Any, pixels: np.ndarray, normalization: PixelNormalization, log: Log) -> float:
     """The folded model on uint8 ``pixels`` against the float model on their normalization: max |Δ|."""
     import tempfile
     from pathlib import Path
@@ -72,7 +69,7 @@ def check_fold(float_model: Any, folded: Any, pixels: np.ndarray, spec: Preproce
 
     outputs = []
     with tempfile.TemporaryDirectory() as scratch:
-        for index, (model, feed) in enumerate(((float_model, preprocessing.normalize_pixels(pixels, spec)), (folded, pixels))):
+        for index, (model, feed) in enumerate(((float_model, normalization.apply(pixels)), (folded, pixels))):
             path = Path(scratch) / f"{index}.onnx"
             path.write_bytes(model.SerializeToString())
             session = create_session(path, "disable_all")
@@ -83,7 +80,7 @@ def check_fold(float_model: Any, folded: Any, pixels: np.ndarray, spec: Preproce
         for float_batch, folded_batch in zip(*outputs)
         for a, b in zip(float_batch, folded_batch)
     )
-    log(f"normalization in the graph ({spec.pixel_dtype} pixels in): {len(pixels)} real photos, max |Δ| {worst:.1e}")
+    log(f"normalization in the graph (uint8 pixels in): {len(pixels)} real photos, max |Δ| {worst:.1e}")
     if worst > ATOL:
         raise CheckFailed(f"the graph's normalization differs from the preprocessing's by {worst:.2e} > {ATOL:g}; nothing written")
     return worst

@@ -474,12 +474,36 @@ def to_model_layout(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | N
     return out
 
 
+@dataclass(frozen=True)
+class PixelNormalization:
+    """What a core whose preprocess hands it uint8 pixels computes first, in its graph: float32
+    ``(pixel - mean) / std`` per channel (in the model's channel order, on 0..255 pixels), in ``layout``
+    (the builders fold it into the core's ONNX: :mod:`builders.normalization`)."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    layout: str = "NCHW"
+
+    @classmethod
+    def of_spec(cls, spec: PreprocessSpec) -> PixelNormalization:
+        mean, std = normalization_constants(spec)
+        return cls(tuple(mean.tolist()), tuple(std.tolist()), spec.layout)
+
+    def constants(self) -> tuple[np.ndarray, np.ndarray]:
+        """Float32 mean and std shaped to broadcast over a batch in the layout."""
+        shape = (1, 3, 1, 1) if self.layout == "NCHW" else (1, 1, 1, 3)
+        return np.asarray(self.mean, np.float32).reshape(shape), np.asarray(self.std, np.float32).reshape(shape)
+
+    def apply(self, pixels: np.ndarray) -> np.ndarray:
+        """A uint8 batch -> the float32 input a float model takes: what the folded graph computes."""
+        mean, std = self.constants()
+        return ((pixels.astype(np.float32) - mean) / std).astype(np.float32)
+
+
 def normalize_pixels(pixels: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
     """A uint8 batch in the model's layout and channel order -> the float32 input a float model takes: what the
     graph folded into a uint8 core computes (the builders check the folded graph against this)."""
-    mean, std = normalization_constants(spec)
-    shape = (1, 3, 1, 1) if spec.layout == "NCHW" else (1, 1, 1, 3)
-    return ((pixels.astype(np.float32) - mean.reshape(shape)) / std.reshape(shape)).astype(np.float32)
+    return PixelNormalization.of_spec(spec).apply(pixels)
 
 
 def normalize_batch(crops: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None = None) -> np.ndarray:

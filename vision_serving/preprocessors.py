@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from . import image_codec, model_config
+from . import image_codec, model_config, preprocessing
 from .model_config import ConfigError, ModelConfig
 from .tasks.base import EngineProfile
 from .tasks.text_reading import steps as text_steps
@@ -64,7 +64,7 @@ def text_detection(config: ModelConfig) -> Preprocess:
 def check_text_detection(config: ModelConfig) -> list[str]:
     """The outputs the text detection preprocessor writes, by name, type and dims."""
     expected = {
-        text_steps.DETECTOR_INPUT: ("TYPE_FP32", [3, -1, -1]),
+        text_steps.DETECTOR_INPUT: ("TYPE_UINT8", [3, -1, -1]),
         text_steps.IMAGE: ("TYPE_UINT8", [-1, -1, 3]),
         text_steps.TRANSFORM: ("TYPE_FP32", [5]),
     }
@@ -72,6 +72,12 @@ def check_text_detection(config: ModelConfig) -> list[str]:
     if declared != expected:
         return [f"model '{config.name}': the text_detection preprocessor writes {expected}, the config declares {declared}"]
     return []
+
+
+def text_detection_normalization(config: ModelConfig) -> preprocessing.PixelNormalization:
+    """The detector's normalization of the uint8 BGR pixels this preprocess sends (folded into its graph by the builders)."""
+    mean, std = text_steps.detection.pixel_normalization(TEXT_DEFAULTS.detection)
+    return preprocessing.PixelNormalization(mean, std, "NCHW")
 
 
 def text_detection_profiles(config: ModelConfig) -> tuple[EngineProfile, ...]:
@@ -82,6 +88,7 @@ def text_detection_profiles(config: ModelConfig) -> tuple[EngineProfile, ...]:
 PREPROCESSORS: dict[str, Callable[[ModelConfig], Preprocess]] = {"text_detection": text_detection}
 CHECKS: dict[str, Callable[[ModelConfig], list[str]]] = {"text_detection": check_text_detection}
 PROFILES: dict[str, Callable[[ModelConfig], tuple[EngineProfile, ...]]] = {"text_detection": text_detection_profiles}
+NORMALIZATIONS: dict[str, Callable[[ModelConfig], preprocessing.PixelNormalization]] = {"text_detection": text_detection_normalization}
 
 
 def kind(config: ModelConfig) -> str:
@@ -113,3 +120,13 @@ def engine_profiles(config: ModelConfig) -> tuple[EngineProfile, ...]:
     image-to-tensor resize (the core's config fixes its dims)."""
     name = kind(config)
     return () if name == IMAGE_TO_TENSOR else PROFILES[name](config)
+
+
+def pixel_normalization(config: ModelConfig) -> preprocessing.PixelNormalization | None:
+    """The normalization the core computes in its graph because this preprocess hands it uint8 pixels; None when
+    it hands floats (normalized here)."""
+    name = kind(config)
+    if name != IMAGE_TO_TENSOR:
+        return NORMALIZATIONS[name](config)
+    spec = preprocessing.PreprocessSpec.from_config(config)
+    return preprocessing.PixelNormalization.of_spec(spec) if spec.pixel_dtype == "uint8" else None

@@ -92,7 +92,9 @@ def test_whatif_decode_gate_and_config_edits(tmp_path, built_repository):
     assert code == (0 if gates["served"]["gate"] else 1)  # the served configuration's gate sets the exit code
     assert all(0 < row["top1_agreement"] <= 1 for row in gates.values())
     assert {row["variant"] for row in report.rows(result, "decode_costs")} == set(gates)
-    repository = whatif.prepare("edited", "core.instances=1;core.param.intra_op_threads=2;preprocess.delay_us=750", CLASSIFIER.name, tmp_path)
+    repository = whatif.prepare(
+        "edited", "core.instances=1;core.param.intra_op_threads=2;preprocess.delay_us=750", CLASSIFIER.name, tmp_path
+    )
     edited = PipelineConfigs.load(whatif.layout.pipeline(CLASSIFIER.name, repository))
     assert edited.core_variant("cpu").instance_group[0].count == 1
     assert model_config.parameter(edited.core_variant("cpu"), "intra_op_threads") == "2"

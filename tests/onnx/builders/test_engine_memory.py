@@ -88,7 +88,7 @@ def test_the_text_reader_s_plans_at_their_profiles_maxima():
     assert [p.name for p in detector.profiles] == ["photo", "wide", "tall"]
     photo = detector.profiles[0]
     assert photo.max_shape == (8, 3, 1984, 1984) and photo.largest.shape == (8, 48, 992, 992)
-    assert photo.input_bytes == 8 * 3 * 1984 * 1984 * 4 and photo.output_bytes == 8 * 1984 * 1984 * 4  # FP32 I/O
+    assert photo.input_bytes == 8 * 3 * 1984 * 1984 and photo.output_bytes == 8 * 1984 * 1984 * 4  # uint8 pixels in, an FP32 map out
     assert detector.strategy == engine_profiles.ON_PROFILE_CHANGE and detector.contexts == sum(p.activations for p in detector.profiles)
     recognizer = engine_memory.model_memory(text_reader, "recognizer")
     # Greedy CTC in the graph: each step's best class (INT32) and its probability (FP32), not 18710 probabilities.

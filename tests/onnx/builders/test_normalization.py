@@ -36,27 +36,28 @@ def conv_model(layout: str, batch: int | str = "n") -> onnx.ModelProto:
 def test_the_folded_core_on_uint8_equals_the_float_core_on_the_preprocessings_floats(layout):
     spec = dataclasses.replace(SPEC, layout=layout, scale=1 / 255 if layout == "NHWC" else 1.0)
     float_model = conv_model(layout)
-    assert normalization.needed(float_model, spec) and not normalization.needed(
-        float_model, dataclasses.replace(spec, pixel_dtype="float32")
-    )
-    folded = normalization.fold(float_model, spec)
+    pixel_normalization = preprocessing.PixelNormalization.of_spec(spec)
+    assert normalization.needed(float_model, pixel_normalization) and not normalization.needed(float_model, None)
+    folded = normalization.fold(float_model, pixel_normalization)
     assert folded.graph.input[0].type.tensor_type.elem_type == TensorProto.UINT8
     assert [node.op_type for node in folded.graph.node[:3]] == ["Cast", "Sub", "Div"]
-    assert not normalization.needed(folded, spec)  # folded once
+    assert not normalization.needed(folded, pixel_normalization)  # folded once
     pixels = np.random.default_rng(1).integers(0, 256, (3, *spec.output_shape)).astype(np.uint8)
-    assert normalization.check_fold(float_model, folded, pixels, spec, log=lambda _: None) == 0.0  # the same float32 ops
+    assert normalization.check_fold(float_model, folded, pixels, pixel_normalization, log=lambda _: None) == 0.0  # the same float32 ops
+    np.testing.assert_array_equal(pixel_normalization.apply(pixels), preprocessing.normalize_pixels(pixels, spec))
 
 
 def test_a_fold_with_other_constants_is_refused():
     float_model = conv_model("NCHW")
-    wrong = normalization.fold(float_model, dataclasses.replace(SPEC, std=(1.0, 1.0, 1.0)))
+    wrong = normalization.fold(float_model, preprocessing.PixelNormalization.of_spec(dataclasses.replace(SPEC, std=(1.0, 1.0, 1.0))))
     pixels = np.random.default_rng(2).integers(0, 256, (2, *SPEC.output_shape)).astype(np.uint8)
     with pytest.raises(CheckFailed, match="the graph's normalization differs from the preprocessing's"):
-        normalization.check_fold(float_model, wrong, pixels, SPEC, log=lambda _: None)
+        normalization.check_fold(float_model, wrong, pixels, preprocessing.PixelNormalization.of_spec(SPEC), log=lambda _: None)
 
 
 def test_a_core_exported_with_batch_1_is_checked_one_photo_at_a_time():
     float_model = conv_model("NCHW", batch=1)
-    folded = normalization.fold(float_model, SPEC)
+    pixel_normalization = preprocessing.PixelNormalization.of_spec(SPEC)
+    folded = normalization.fold(float_model, pixel_normalization)
     pixels = np.random.default_rng(3).integers(0, 256, (4, *SPEC.output_shape)).astype(np.uint8)
-    assert normalization.check_fold(float_model, folded, pixels, SPEC, log=lambda _: None) == 0.0
+    assert normalization.check_fold(float_model, folded, pixels, pixel_normalization, log=lambda _: None) == 0.0

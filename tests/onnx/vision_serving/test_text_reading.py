@@ -38,7 +38,7 @@ def _session(path) -> onnxruntime.InferenceSession:
 def _runner(session: onnxruntime.InferenceSession):
     """A batch in, every output out (the graph's order), as the reader calls its models."""
     name = session.get_inputs()[0].name
-    return lambda batch: tuple(session.run(None, {name: np.ascontiguousarray(batch, dtype=np.float32)}))
+    return lambda batch: tuple(session.run(None, {name: np.ascontiguousarray(batch)}))
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_the_wheel_models_have_the_shapes_and_characters_the_reader_assumes(sess
     assert indices.shape == scores.shape == (2, 40) and indices.dtype == np.int32 and 0 <= indices.min() <= indices.max() < len(classes)
     assert classes[0] == recognition.BLANK and classes[-1] == " " and "A" in classes and "\u3000" in classes
     assert sessions["classifier"].get_outputs()[0].shape[-1] == 2
-    (probability,) = _runner(sessions["detector"])(np.zeros((1, 3, 64, 96), np.float32))
+    (probability,) = _runner(sessions["detector"])(np.zeros((1, 3, 64, 96), np.uint8))  # BGR pixels, normalized in its graph
     assert probability.shape == (1, 1, 64, 96)
 
 

@@ -112,7 +112,7 @@ def preprocess_outputs(prepared: list[detection.DetectionInput]) -> dict[str, np
 def from_preprocess(images: Sequence[np.ndarray] | np.ndarray, transforms: np.ndarray) -> list[detection.DetectionInput]:
     """The postprocess's photos back from ``DET_IMAGE`` ``[n, h, w, 3]`` and ``DET_TRANSFORM`` ``[n, 5]``
     (the detector's input itself is not needed there)."""
-    empty = np.zeros((0, 0, 0), np.float32)
+    empty = np.zeros((0, 0, 0), np.uint8)
     return [
         detection.DetectionInput(empty, image, float(t[0]), float(t[1]), int(t[2]), (int(t[3]), int(t[4])))
         for image, t in zip(images, np.asarray(transforms).reshape(-1, 5))

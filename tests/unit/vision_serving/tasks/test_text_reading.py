@@ -141,11 +141,22 @@ def test_normalization_maps_pixels_to_minus_one_to_one_in_bgr_chw():
     assert np.all(values[0] == 1.0) and np.all(values[1] == -1.0) and np.allclose(values[2], 51 / 255 * 2 - 1)
 
 
+def test_the_served_detector_s_normalization_of_uint8_pixels_is_rapidocr_s():
+    """The detector takes uint8 BGR pixels and computes (pixel - 127.5) / 127.5 in its graph: RapidOCR's
+    (pixel / 255 - 0.5) / 0.5 within a float32 rounding, for every pixel value."""
+    mean, std = detection.pixel_normalization(DET)
+    assert mean == (127.5, 127.5, 127.5) and std == (127.5, 127.5, 127.5)
+    every = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    image = np.stack([every, every[::-1], every.T], axis=2)
+    graph = (image.transpose(2, 0, 1).astype(np.float32) - np.float32(127.5)) / np.float32(127.5)
+    np.testing.assert_allclose(graph, detection.normalize(image, DET.mean, DET.std), rtol=0, atol=2e-7)
+
+
 def test_prepare_records_the_resize_and_the_padding():
     prepared = detection.prepare(np.zeros((40, 800, 3), np.uint8), DET)
     assert prepared is not None
     assert prepared.pad_top == 80 and prepared.image.shape[:2] == (200, 800) and prepared.photo_shape == (40, 800)
-    assert prepared.tensor.shape == (3, 736, 2944)
+    assert prepared.tensor.shape == (3, 736, 2944) and prepared.tensor.dtype == np.uint8  # BGR pixels, channels first
 
 
 # --------------------------------------------------------------------------- boxes from the probability map

@@ -32,7 +32,7 @@ def test_outputs_hold_the_detector_input_the_image_and_its_transform():
     prepared = steps.prepare_request(request(png(480, 640)), LIMITS, DEFAULT.detection)
     outputs = steps.preprocess_outputs(prepared)
     assert outputs[steps.DETECTOR_INPUT].shape == (1, 3, 736, 992)  # shorter side up to 736, multiples of 32
-    assert outputs[steps.DETECTOR_INPUT].dtype == np.float32
+    assert outputs[steps.DETECTOR_INPUT].dtype == np.uint8  # the detector normalizes in its graph
     assert outputs[steps.IMAGE].shape == (1, 480, 640, 3) and outputs[steps.IMAGE].dtype == np.uint8
     assert outputs[steps.IMAGE][0, 10, 10, 2] == 30 and outputs[steps.IMAGE][0, 10, 600, 2] == 200  # BGR, as RapidOCR reads
     np.testing.assert_allclose(outputs[steps.TRANSFORM], [[1.0, 1.0, 0, 480, 640]])
