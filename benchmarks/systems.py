@@ -74,7 +74,7 @@ class Options:
     inprocess_duration_s: float = 3.0
     # Concurrencies of the secondary systems (None: all of `concurrencies`).
     levels: dict[str, list[int] | None] = field(
-        default_factory=lambda: {"naive": [1, 16], "naive_openvino": [1, 16], "naive_tuned": [4, 16], "perf_analyzer": [1, 16]}
+        default_factory=lambda: {"naive": [1, 4, 16], "naive_openvino": [1, 16], "naive_tuned": [4, 16], "perf_analyzer": [1, 16]}
     )
     pa_measurement_ms: int = 2500  # x 3 windows
     pa_max_trials: int = 3
