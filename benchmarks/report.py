@@ -253,6 +253,14 @@ def render_only(output_dir: Path, benchmark: str) -> Path:
     return path
 
 
+def rendered_only(args: argparse.Namespace, benchmark: str) -> bool:
+    """``--render-only``: the Markdown rewritten from the JSON in ``args.output`` (True: nothing to measure)."""
+    if not args.render_only:
+        return False
+    log(benchmark, f"rewrote {render_only(args.output, benchmark)}")
+    return True
+
+
 def add_output_arguments(parser: argparse.ArgumentParser, benchmark: str) -> None:
     """``--output DIR`` and ``--render-only``, the same for every entry point."""
     parser.add_argument(

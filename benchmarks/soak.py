@@ -229,8 +229,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render_only:
-        report.log(BENCHMARK, f"rewrote {report.render_only(args.output, BENCHMARK)}")
+    if report.rendered_only(args, BENCHMARK):
         return 0
     settings = {key: getattr(args, key) for key in ("duration", "warmup", "clients", "bad_share", "pipelines", "interval")}
     result = report.new(BENCHMARK, "Soak: memory under mixed traffic", report.command_line("benchmarks.soak", argv), settings)

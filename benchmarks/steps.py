@@ -402,8 +402,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render_only:
-        report.log(BENCHMARK, f"rewrote {report.render_only(args.output, BENCHMARK)}")
+    if report.rendered_only(args, BENCHMARK):
         return 0
     settings: dict[str, Any] = {"parts": list(args.parts), "pipelines": [p.name for p in args.chosen], "mixes": list(args.mixes)}
     settings |= {"decoders": list(args.decoders), "repeats": args.repeats}

@@ -561,8 +561,7 @@ def started_servers(options: Options, args: argparse.Namespace) -> Iterator[Serv
 
 def main(argv: list[str] | None = None) -> int:
     options, args = parse_args(argv)
-    if args.render_only:
-        report.log(BENCHMARK, f"rewrote {report.render_only(args.output, BENCHMARK)}")
+    if report.rendered_only(args, BENCHMARK):
         return 0
     with started_servers(options, args) as servers:
         result = measure(options, servers)

@@ -587,8 +587,7 @@ def decode_variants(args: argparse.Namespace) -> dict[str, inprocess.Variant]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render_only:
-        report.log(BENCHMARK, f"rewrote {report.render_only(args.output, BENCHMARK)}")
+    if report.rendered_only(args, BENCHMARK):
         return 0
     settings = {
         key: getattr(args, key) for key in ("per_photo", "pipeline", "concurrency", "rounds", "window", "overload", "overload_duration")

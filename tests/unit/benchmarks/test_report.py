@@ -61,7 +61,9 @@ def test_targets_ratios_and_verdicts():
     assert web["value"] == 1.35 and web["met"] is True  # the best ensemble of either runtime (OpenVINO's 135)
     assert "ensemble_openvino 135.0 req/s at c=16" in web["detail"]
     # Against the in-process limit: the ensemble at the highest concurrency, at least 0.9 (web and phone photos).
-    assert checks[f"web/{CLASSIFIER}/vs_inprocess"]["value"] == round(135 / 110, 3) and checks[f"web/{CLASSIFIER}/vs_inprocess"]["met"] is True
+    assert (
+        checks[f"web/{CLASSIFIER}/vs_inprocess"]["value"] == round(135 / 110, 3) and checks[f"web/{CLASSIFIER}/vs_inprocess"]["met"] is True
+    )
     phone = checks[f"phone/{CLASSIFIER}/vs_inprocess_reference"]
     assert phone["value"] == 2.25 and phone["met"] is False
     assert checks[f"mix/{CLASSIFIER}/vs_inprocess_reference"]["met"] is None  # context only
@@ -87,7 +89,9 @@ def test_the_ensemble_against_the_naive_service():
     ]
     checks = by_check(rows)
     assert checks[f"web/{CLASSIFIER}/c1_vs_naive"]["met"] is True  # 1.0 ms behind
-    assert checks[f"web/{CLASSIFIER}/c16_vs_naive"]["met"] is False and checks[f"web/{CLASSIFIER}/c16_vs_naive"]["value"] == round(120 / 130, 3)
+    assert checks[f"web/{CLASSIFIER}/c16_vs_naive"]["met"] is False and checks[f"web/{CLASSIFIER}/c16_vs_naive"]["value"] == round(
+        120 / 130, 3
+    )
     assert checks[f"phone/{CLASSIFIER}/c4_vs_naive"]["met"] is True
     assert checks[f"phone/{CLASSIFIER}/c1_vs_naive"]["met"] is False and checks[f"phone/{CLASSIFIER}/c1_vs_naive"]["value"] == 10.0
 
