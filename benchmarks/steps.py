@@ -299,7 +299,7 @@ def measure_decode(result: dict, repeats: int) -> None:
         {"mix": "mix", "format": "format", "decoder": "decode", "cpu_ms": "CPU ms/img", "decoded_mp": "decoded MP", "megabytes": "MB/file"},
         "One thread, the image_classifier's preprocess limits, the decoder alone (no resize). served: as the classifier decodes "
         "(a JPEG at the DCT scale its center crop needs; HEIC and AVIF have no reduced decode); full: the whole image, as the "
-        "segmenter, detector and text reader decode every format. Half the photos are portraits stored sideways (JPEG: Exif "
+        "text reader decodes every format (and every pipeline with decode_oversampling 0). Half the photos are portraits stored sideways (JPEG: Exif "
         "orientation 6; HEIC, AVIF: irot): the orientation step is in the figure.",
     )
     one_thread()
