@@ -101,6 +101,28 @@ def test_command_line_lists_problems_and_exits_1(root, copied):
         ("core", "configs/cpu.pbtxt", "dims: [ 1000 ]", "dims: [ 1001 ]", "differ in inputs, outputs or max_batch_size"),
         ("core", "config.pbtxt", "dims: [ 3, 224, 224 ]", "dims: [ 3, 256, 256 ]", "expects TYPE_UINT8[3, 256, 256]"),
         (
+            "core",
+            "configs/cpu.pbtxt",
+            "dims: [ 3, 224, 224 ] zero_data",
+            "dims: [ 3, 256, 256 ] zero_data",
+            "configs/cpu.pbtxt warm-up 'zeros_batch_1': input 'images' dims [3, 256, 256] do not fit the model's [3, 224, 224]",
+        ),
+        (
+            "core",
+            "configs/cpu.pbtxt",
+            "data_type: TYPE_UINT8 dims: [ 3, 224, 224 ] zero_data",
+            "data_type: TYPE_FP32 dims: [ 3, 224, 224 ] zero_data",
+            "warm-up 'zeros_batch_1': input 'images' is TYPE_FP32, the model takes TYPE_UINT8",
+        ),
+        ("core", "configs/cpu.pbtxt", "batch_size: 1\n", "batch_size: 512\n", "warm-up 'zeros_batch_1': batch_size 512 outside 1.."),
+        (
+            "core",
+            "configs/cpu.pbtxt",
+            'inputs { key: "images"',
+            'inputs { key: "image"',
+            "warm-up 'zeros_batch_1': input 'image' is not one",
+        ),
+        (
             "postprocess",
             "config.pbtxt",
             "data_type: TYPE_FP32\n    dims: [ 1000 ]",
