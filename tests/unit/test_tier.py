@@ -8,6 +8,7 @@ onnx-graphsurgeon, directly or through the product module it tests, belongs in t
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -41,3 +42,54 @@ def test_unit_test_modules_import_no_onnx_runtime_or_graph_library():
     assert completed.returncode == 0, completed.stderr[-3000:]
     offenders = {Path(path).relative_to(ROOT).as_posix(): names for path, names in json.loads(completed.stdout).items() if names}
     assert not offenders, f"unit test modules that import {'/'.join(HEAVY)} (move them to tests/onnx): {offenders}"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module an import statement of a file names, at any depth (inside functions too): ``from a import b``
+    names ``a`` and ``a.b`` (b may be a module)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+MODULE_PROBE = """
+import importlib, json, sys
+sys.path.insert(0, sys.argv[1])
+heavy = set(json.loads(sys.argv[2]))
+found = {}
+for name in sys.argv[3:]:
+    before = {m.split(".")[0] for m in sys.modules if m.split(".")[0] in heavy}
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        continue  # a name imported from a module, not a module
+    found[name] = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in heavy} - before)
+print(json.dumps(found))
+"""
+
+
+def test_unit_test_modules_import_no_onnx_runtime_or_graph_library_later_either():
+    """A function-level import escapes the probe above until its test runs: every module a unit test file imports,
+    at any depth, is imported here, and none may pull in onnx or a runtime."""
+    files = {path: imported_modules(path) for path in sorted(UNIT.rglob("*.py"))}
+    modules = sorted(set().union(*files.values()) - {"__future__"})
+    completed = subprocess.run(
+        [sys.executable, "-c", MODULE_PROBE, str(ROOT), json.dumps(HEAVY), *modules],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    heavy_modules = {name for name, found in json.loads(completed.stdout).items() if found} | {
+        m for m in modules if m.split(".")[0] in HEAVY
+    }
+    offenders = {path.relative_to(ROOT).as_posix(): sorted(names & heavy_modules) for path, names in files.items() if names & heavy_modules}
+    assert not offenders, (
+        f"unit test files that import {'/'.join(HEAVY)}, directly or through these modules (move the test to tests/onnx): {offenders}"
+    )

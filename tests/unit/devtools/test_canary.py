@@ -148,20 +148,3 @@ def test_an_unreachable_prometheus_is_one_line_and_exit_2(capsys):
     error = capsys.readouterr().err
     assert code == canary.EXIT_ERROR
     assert error.startswith("canary: error: cannot query Prometheus") and error.count("\n") == 1
-
-
-def test_apply_nginx_takes_the_losing_backend_out_of_a_running_proxy(tmp_path):
-    from devtools.proxy import NginxProxy, Upstream
-
-    stable, candidate = Upstream("127.0.0.1:1000", "127.0.0.1:1001"), Upstream("127.0.0.1:2000", "127.0.0.1:2001")
-    with NginxProxy(tmp_path / "proxy") as proxy:
-        proxy.set_backends({"stable": ([stable], 9), "canary": ([candidate], 1)})
-        assert canary.apply_nginx("WAIT", proxy.folder, "stable", "canary") == []
-        canary.apply_nginx("ROLLBACK", proxy.folder, "stable", "canary")
-        assert {name: b.weight for name, b in NginxProxy.open(proxy.folder).backends.items()} == {"stable": 9, "canary": 0}
-        assert "127.0.0.1:2001" not in proxy.config_path.read_text()
-        proxy.set_backends({"stable": ([stable], 9), "canary": ([candidate], 1)})
-        canary.apply_nginx("PROMOTE", proxy.folder, "stable", "canary")
-        assert {name: b.weight for name, b in NginxProxy.open(proxy.folder).backends.items()} == {"stable": 0, "canary": 1}
-        with pytest.raises(canary.CanaryError, match="not 'stable' and 'green'"):
-            canary.apply_nginx("ROLLBACK", proxy.folder, "stable", "green")
