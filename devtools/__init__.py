@@ -1,4 +1,5 @@
 """Development tooling, used by ``scripts/`` (entry points), the tests and the benchmarks; not installed in the serving image.
+It imports the library and the builders, never the benchmarks (``tests/unit/test_imports.py``).
 
 - :mod:`~devtools.triton_server`: the local tritonserver with every pipeline (``scripts/serve``);
 - :mod:`~devtools.client`: one client program for every pipeline, told its task by the script
@@ -9,8 +10,6 @@
   server (``scripts/rollout.py``), a canary promoted or rolled back from Prometheus (``scripts/canary``);
 - :mod:`~devtools.proxy` and :mod:`~devtools.prometheus`: a real nginx in front of local servers,
   a real Prometheus scraping them and evaluating the alert rules;
-- :mod:`~devtools.capacity`: the capacity planner (vCPUs, memory and pods for a pipeline, an upload
-  mix and a target throughput);
 - :mod:`~devtools.model_image`: the model image's content (``docker/models.Dockerfile``);
 - :mod:`~devtools.lock`: the dependency locks, ``requirements/*.in`` -> ``*.txt`` (``scripts/lock``).
 """

@@ -369,7 +369,7 @@ def test_the_servers_cpu_and_memory_follow_from_the_sizing_and_the_measured_cost
     largest measured request), and compose's for the most instances any CPU count gives; memory covers the planner's
     figure for that limit from the committed measurements (of every served pipeline), the /dev/shm volume and the
     CUDA/TensorRT host allowance docs/sizing.md names."""
-    from devtools import capacity
+    from benchmarks import capacity
 
     resources = triton["resources"]
     assert resources["requests"]["cpu"] == resources["limits"]["cpu"]
@@ -378,11 +378,11 @@ def test_the_servers_cpu_and_memory_follow_from_the_sizing_and_the_measured_cost
     measured = capacity.load()
     served = {pipeline.name: pipeline for pipeline in layout.pipelines(layout.MODEL_REPOSITORY)}
     unmeasured = sorted(set(served) - set(measured["pipelines"]))
-    assert not unmeasured, f"{capacity.RESULTS} has no costs of {unmeasured}: run python -m devtools.capacity --measure"
+    assert not unmeasured, f"{capacity.RESULTS} has no costs of {unmeasured}: run python -m benchmarks.capacity --measure"
     for name, pipeline in served.items():  # the batch sizes the shared memory was planned with are the configs'
         for step, instance in measured["pipelines"][name]["instances"].items():
             config = model_config.load_config(pipeline.model_dir(step))
-            assert instance["max_batch_size"] == config.max_batch_size, f"{name} {step}: run python -m devtools.capacity --measure-shm"
+            assert instance["max_batch_size"] == config.max_batch_size, f"{name} {step}: run python -m benchmarks.capacity --measure-shm"
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
     (shm,) = [m for m in triton["volumeMounts"] if m["mountPath"] == "/dev/shm"]
     dshm = memory_gib(volumes[shm["name"]]["emptyDir"]["sizeLimit"])
@@ -397,17 +397,17 @@ def test_the_servers_cpu_and_memory_follow_from_the_sizing_and_the_measured_cost
 def test_the_recognizer_s_instances_are_the_capacity_planner_s_choice():
     """Where no GPU measured it, a model whose instance runs several profiles has the instances the planner chooses
     from the committed GPU memory estimate; that estimate is of the configs and profiles as they are now."""
+    from benchmarks import capacity
     from builders import tensorrt_engine as te
-    from devtools import capacity
 
     estimated = capacity.load_gpu_memory()
-    assert estimated is not None, f"{capacity.GPU_MEMORY}: run python -m devtools.capacity --gpu-memory"
+    assert estimated is not None, f"{capacity.GPU_MEMORY}: run python -m benchmarks.capacity --gpu-memory"
     recorded = {model["model"]: model for model in estimated["models"]}
     for pipeline in layout.pipelines(layout.MODEL_REPOSITORY):
         for role in te.engine_roles(pipeline):
             config = te.load_core_config(pipeline, role)
             model = recorded.get(config.name)
-            assert model is not None, f"{config.name} is not in {capacity.GPU_MEMORY.name}: run python -m devtools.capacity --gpu-memory"
+            assert model is not None, f"{config.name} is not in {capacity.GPU_MEMORY.name}: run python -m benchmarks.capacity --gpu-memory"
             shapes = [list(profile[0].max) for profile in te.optimization_profiles(config, None, te.model_profiles(pipeline, role, config))]
             assert [p["max_shape"] for p in model["profiles"]] == shapes, f"{config.name}: profiles changed since the estimate"
             assert model["instances"] == sum(group.count for group in config.instance_group), config.name

@@ -136,7 +136,7 @@ def test_the_plans_hold_no_more_gpu_memory_than_the_planner_allows(client, uploa
     """After every profile has run (warm-up, then the photos above), the GPU's used memory (all of this server's plans,
     CUDA context included) is within what the planner chose instances by: its estimate from shapes x its margin,
     plus the runtime allowance. The two figures are printed: they calibrate the estimate."""
-    capacity = pytest.importorskip("devtools.capacity", reason="the planner (devtools/) is not in this image: run from the repository")
+    capacity = pytest.importorskip("benchmarks.capacity", reason="the planner (devtools/) is not in this image: run from the repository")
     read_served(client, uploads["wide-strip"])
     read_served(client, uploads["tall-strip"])
     estimated = capacity.estimate_gpu_memory("tests/gpu")

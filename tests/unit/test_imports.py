@@ -145,3 +145,29 @@ def test_nothing_imports_scripts():
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# The layers, lowest first: a module imports only from its own layer and those below it (at any depth).
+LAYERS = ("vision_serving", "builders", "devtools", "benchmarks", "scripts")
+
+
+def layer(module: str) -> int | None:
+    root = module.split(".")[0]
+    return LAYERS.index(root) if root in LAYERS else None
+
+
+def test_each_layer_imports_only_from_itself_and_below():
+    """The library (vision_serving) <- builders <- devtools <- benchmarks <- scripts: the library serves without the
+    build tools, the tools build without the benchmarks, and nothing imports scripts/ (tests may import anything)."""
+    _, every = import_graph()
+    upward = {
+        name: sorted({t for t in targets if (layer(t) or 0) > (layer(name) or 0) and layer(t) is not None})
+        for name, targets in every.items()
+        if layer(name) is not None
+    }
+    assert {name: targets for name, targets in upward.items() if targets} == {}
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert layer("vision_serving.served") == 0 < layer("devtools.loadgen") == 2 < layer("benchmarks.cpu") == 3  # type: ignore[operator]
+    assert layer("tests.support") is None and layer("numpy") is None

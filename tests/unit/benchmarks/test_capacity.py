@@ -1,4 +1,4 @@
-"""devtools.capacity (the planner of the benchmarks' measurements): measured CPU costs -> vCPUs, memory and pods for a pipeline, a mix and a target."""
+"""benchmarks.capacity (the planner of the benchmarks' measurements): measured CPU costs -> vCPUs, memory and pods for a pipeline, a mix and a target."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from devtools import capacity
+from benchmarks import capacity
 
 MACHINE = {"cpu_model": "Test CPU", "usable_cpus": 2, "instruction_sets": {"AVX2": True, "AVX-512": False, "VNNI": False, "AMX": False}}
 
@@ -77,7 +77,7 @@ def test_the_command_prints_the_plan_and_the_table(tmp_path, capsys):
     assert "pods needed:       3" in out and "Test CPU, 2 CPUs, AVX2 yes" in out
     assert out.count("| p |") == len(capacity.MIXES)
     assert capacity.main(["--costs", str(tmp_path / "missing.json")]) == 2
-    assert "run `python -m devtools.capacity --measure`" in capsys.readouterr().err
+    assert "run `python -m benchmarks.capacity --measure`" in capsys.readouterr().err
 
 
 def test_resident_memory_leaves_out_the_shared_memory_the_tensors_travel_through():
@@ -102,7 +102,7 @@ def test_dev_shm_holds_every_instance_at_its_largest_batch_of_its_largest_reques
     assert capacity.dshm_gib(data, 2) == pytest.approx((2 * 8 * 3 + 4 * 10 + 3) / 1024)
     assert capacity.plan(data, "p", "web", 100, vcpus_per_pod=8).dshm_gib_per_pod == pytest.approx(capacity.dshm_gib(data, 8))
     assert capacity.plan(costs(), "p", "web", 100, vcpus_per_pod=8).dshm_gib_per_pod is None  # not measured: not guessed
-    with pytest.raises(ValueError, match=r"run python -m devtools\.capacity --measure-shm"):
+    with pytest.raises(ValueError, match=r"run python -m benchmarks\.capacity --measure-shm"):
         capacity.dshm_gib(costs(), 8)
 
 

@@ -176,7 +176,7 @@ def test_values_are_formatted_for_reading():
 def test_reading_results_and_planning_import_no_runtime():
     """The report, the targets, the queue sizes and the planner work without onnx, onnxruntime or a server."""
     code = (
-        "import sys; import benchmarks.report, benchmarks.targets, benchmarks.queue_sizes, devtools.capacity; "
+        "import sys; import benchmarks.report, benchmarks.targets, benchmarks.queue_sizes, benchmarks.capacity; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'onnx', 'onnxruntime', 'openvino', 'tritonclient'}))"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -1,9 +1,9 @@
 """Capacity planner: the vCPUs and memory per pod, the pods, and how far one GPU is used, for a pipeline,
 an upload mix and a target throughput.
 
-    python -m devtools.capacity --pipeline image_classifier --mix web --target 2000 [--gpu-images-per-s 3000]
-    python -m devtools.capacity --all [--gpu-images-per-s 3000]     # every pipeline x mix (docs/sizing.md's table)
-    python -m devtools.capacity --measure                           # measure this machine first
+    python -m benchmarks.capacity --pipeline image_classifier --mix web --target 2000 [--gpu-images-per-s 3000]
+    python -m benchmarks.capacity --all [--gpu-images-per-s 3000]     # every pipeline x mix (docs/sizing.md's table)
+    python -m benchmarks.capacity --measure                           # measure this machine first
 
 On a GPU node the core is TensorRT and fast; what each image costs the pod's CPUs is the CPU steps
 and Triton's own work around them. The planner's inputs, measured on the machine it runs on by
@@ -166,7 +166,7 @@ def dshm_gib(costs: dict[str, Any], vcpus: float) -> float:
     total = 0
     for name, measured in costs["pipelines"].items():
         if "shm" not in measured:
-            raise ValueError(f"no shared-memory measurement for pipeline {name!r} (run python -m devtools.capacity --measure-shm)")
+            raise ValueError(f"no shared-memory measurement for pipeline {name!r} (run python -m benchmarks.capacity --measure-shm)")
         for step, instance in measured["instances"].items():
             count = instance["count"]
             if instance["sized"]:
@@ -501,7 +501,7 @@ def measure_shm(costs: dict[str, Any], repository: Path = layout.MODEL_REPOSITOR
     """``costs`` with every pipeline's shared memory per request measured again (and its steps' batch sizes)."""
     for pipeline in layout.pipelines(repository):
         if pipeline.name not in costs["pipelines"]:
-            raise ValueError(f"no measured costs for pipeline {pipeline.name!r}: run python -m devtools.capacity --measure")
+            raise ValueError(f"no measured costs for pipeline {pipeline.name!r}: run python -m benchmarks.capacity --measure")
         print(f"capacity: {pipeline.name}: shared memory per request...", file=sys.stderr, flush=True)
         row = costs["pipelines"][pipeline.name]
         row["instances"] = _instances(pipeline)
@@ -589,12 +589,12 @@ def scaling(pipeline: layout.Pipeline, cpu_sets: list[frozenset[int]], rounds: i
 
 def load(path: Path = RESULTS) -> dict[str, Any]:
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no measured costs; run `python -m devtools.capacity --measure` on this machine first")
+        raise FileNotFoundError(f"{path}: no measured costs; run `python -m benchmarks.capacity --measure` on this machine first")
     return json.loads(path.read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devtools.capacity", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.capacity", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pipeline", help="the pipeline to plan for")
     parser.add_argument("--mix", default="web", choices=MIXES, help="the upload mix (default: %(default)s)")
     parser.add_argument("--target", type=float, default=1000.0, help="images per second to serve (default: %(default)s)")
@@ -643,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu_sets = [frozenset(int(part) for part in text.split(",")) for text in args.scaling]
         print(scaling(layout.pipeline(args.pipeline or "image_classifier"), cpu_sets, args.rounds, args.duration, args.concurrency))
         return 0
-    command = " ".join(["python -m devtools.capacity", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python -m benchmarks.capacity", *(argv if argv is not None else sys.argv[1:])])
     try:
         if args.gpu_memory:
             estimated = estimate_gpu_memory(command, args.model_repository)
