@@ -40,9 +40,13 @@ def check_all(paths: tuple[Path, ...], log: Log) -> None:
         check_step(path, log)
 
 
-def steps(pipeline: LoadedPipeline, force: bool) -> list[tuple[str, Callable[[Log], object]]]:
-    """The named steps of one pipeline, as calls with typed options."""
-    from builders import drift_reference, export, precision
+Step = tuple[str, Callable[[Log], object]]
+
+
+def named_steps(pipeline: LoadedPipeline, force: bool) -> dict[str, Callable[[Log], object]]:
+    """Every build step of one pipeline, by name, as calls with typed options: the one place the sequences below
+    (``all``'s and the local server's) take them from."""
+    from builders import drift_reference, export, precision, quantize
 
     def reference(log: Log) -> None:
         try:
@@ -58,13 +62,36 @@ def steps(pipeline: LoadedPipeline, force: bool) -> list[tuple[str, Callable[[Lo
                 check_step(chosen, log)
 
     stage_onnx = [pipeline.layout.stage_onnx(role) for role in pipeline.recipe.stages]
-    return [
-        ("export", lambda log: export.export(pipeline, force=force, log=log)),
-        ("check", lambda log: check_all((pipeline.layout.onnx("fp32"), *stage_onnx), log)),
-        ("select-precision", lambda log: precision.select_precision(pipeline, log=log)),
-        ("check-served", check_served),
-        ("drift-reference", reference),
-    ]
+    return {
+        "export": lambda log: export.export(pipeline, force=force, log=log),
+        "check": lambda log: check_all((pipeline.layout.onnx("fp32"), *stage_onnx), log),
+        "quantize": lambda log: quantize.quantize(pipeline, quantize.recipe_options(pipeline), force=force, log=log),
+        "select-precision": lambda log: precision.select_precision(pipeline, log=log),
+        "check-served": check_served,
+        "drift-reference": reference,
+    }
+
+
+ALL_STEPS = ("export", "check", "select-precision", "check-served", "drift-reference")
+
+
+def steps(pipeline: LoadedPipeline, force: bool) -> list[Step]:
+    """``all``'s sequence: the ladder chooses the served precision, every model is checked."""
+    calls = named_steps(pipeline, force)
+    return [(name, calls[name]) for name in ALL_STEPS]
+
+
+def serving_steps(pipeline: LoadedPipeline, config_name: str | None) -> list[Step]:
+    """What serving the core config ``config_name`` on this machine needs, and no more (``./scripts/serve``, the
+    tests' and the benchmarks' servers): the export; the INT8 model when that config serves it (``cpu_int8``;
+    quantize, without the ladder's gate); the drift reference. ``all`` is the full sequence."""
+    from vision_serving import model_config
+
+    calls = named_steps(pipeline, force=False)
+    core = pipeline.configs.core(config_name)
+    serves_int8 = "onnx_file" in core.parameters and model_config.parameter(core, "onnx_file") == layout.INT8_ONNX
+    names = ("export", "quantize", "drift-reference") if serves_int8 else ("export", "drift-reference")
+    return [(name, calls[name]) for name in names]
 
 
 def run_all(pipelines: list[Pipeline], force: bool = False, log: Log = log_to_stderr) -> int:

@@ -26,6 +26,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,30 +246,36 @@ SAMPLES_DIR = BUILD_DIR / "samples"
 SAMPLE_PHOTOS = ("chelsea", "coffee", "camera", "astronaut", "grace_hopper", "motorcycle_left", "rocket", "page")
 
 
+def warnings_only(log: Callable[[str], None]) -> Callable[[str], None]:
+    """``log`` for the lines that start with ``warning:``; the rest dropped."""
+
+    def filtered(message: str) -> None:
+        if message.startswith("warning:"):
+            log(message)
+
+    return filtered
+
+
 def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REPOSITORY, names: list[str] | None = None) -> None:
     """Build what every pipeline needs to be served with ``config_name`` (idempotent: skips
     up-to-date steps), and put a few real photos in .build/samples for the clients.
 
-    Each pipeline's core ONNX is exported from its recipe; when the selected core
-    config serves another file (the INT8 Q/DQ model of cpu_int8), the precision
-    ladder builds it (INT8 needs ModelOpt: requirements/modelopt.txt). Each pipeline's drift reference
-    (builders drift-reference) is built too, so the served models export drift statistics; one built from
-    the user's photos is kept (a warning line when the model changed since). ``names``: only these pipelines."""
-    from builders import BuildError, drift_reference, export, loaded, photos, quantize
+    The steps are the builders' own (``builders.build_all.serving_steps``): each pipeline's core ONNX exported from
+    its recipe; the INT8 Q/DQ model when the selected core config serves it (cpu_int8; ModelOpt:
+    requirements/modelopt.txt); the drift reference (builders drift-reference), so the served models export drift
+    statistics; one built from the user's photos is kept (a warning line when the model changed since).
+    ``names``: only these pipelines."""
+    from builders import BuildError, build_all, loaded, photos, stderr_logger
     from vision_serving import model_config
 
     chosen = [layout.pipeline(name, repository) for name in names] if names else layout.pipelines(repository)
     for folder in chosen:
         try:
             pipeline = loaded.load(folder)
-            export.export(pipeline)
-            core = pipeline.configs.core(config_name)
-            if "onnx_file" in core.parameters and model_config.parameter(core, "onnx_file") == layout.INT8_ONNX:
-                quantize.quantize(pipeline, quantize.recipe_options(pipeline))
-            try:
-                drift_reference.build(pipeline, log=lambda message: None)
-            except drift_reference.StaleUserReference as error:  # the user's reference: kept, never replaced
-                print(f"warning: {error}", file=sys.stderr, flush=True)
+            for name, call in build_all.serving_steps(pipeline, config_name):
+                log = stderr_logger(f"{pipeline.name} {name}")
+                # The drift reference's progress is noise at every start; its warning (a stale user reference) is not.
+                call(log if name != "drift-reference" else warnings_only(log))
         except (BuildError, model_config.ConfigError) as error:
             raise LauncherError(f"cannot build {folder.name}: {error}") from None
     SAMPLES_DIR.mkdir(parents=True, exist_ok=True)
