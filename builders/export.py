@@ -29,7 +29,7 @@ from builders import BuildError, CheckFailed, Log, normalization, provenance, st
 from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
 from builders.loaded import LoadedPipeline
-from vision_serving import layout, preprocessors
+from vision_serving import layout, preprocessing, preprocessors
 from vision_serving.model_config import ModelConfig
 from vision_serving.served import ServedInputs
 
@@ -298,7 +298,7 @@ def _normalized(model: Any, pixel_normalization: Any, pixels: Any, checks: dict[
     if pixel_normalization is None or not normalization.needed(model, pixel_normalization):
         return model
     folded = normalization.fold(model, pixel_normalization)
-    batches = [np.asarray(image)[np.newaxis] for image in pixels] if preprocessors.is_ragged(pixels) else [pixels]
+    batches = [np.asarray(image)[np.newaxis] for image in pixels] if preprocessing.is_ragged(pixels) else [pixels]
     checks["normalization_max_abs_diff"] = max(
         normalization.check_fold(model, folded, batch, pixel_normalization, lambda message: None) for batch in batches
     )

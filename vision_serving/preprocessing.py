@@ -57,7 +57,7 @@ Triton already runs model instances in parallel on few cores.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import cv2
@@ -602,3 +602,23 @@ def decode_payloads(payloads: np.ndarray, limits: ImageLimits, minimum: MinimumS
 def original_sizes(decoded: Sequence[Decoded]) -> np.ndarray:
     """[N, 2] int32 (height, width) of the photos themselves (not of a reduced decode)."""
     return np.array([(item.height, item.width) for item in decoded], dtype=np.int32).reshape(len(decoded), 2)
+
+
+# --------------------------------------------------------------------------- ragged batches
+
+# A preprocess computation of a task's own (vision_serving.preprocessors): decoded photos -> its outputs by name.
+Preprocess = Callable[[Sequence[Decoded]], dict[str, np.ndarray]]
+
+
+def ragged(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Per-photo arrays as one batch: stacked when they share a shape, else a 1-D object array of them."""
+    if len({array.shape for array in arrays}) <= 1 and arrays:
+        return np.stack(arrays)
+    out = np.empty(len(arrays), dtype=object)
+    for index, array in enumerate(arrays):
+        out[index] = array
+    return out
+
+
+def is_ragged(array: np.ndarray) -> bool:
+    return array.dtype == object and array.ndim == 1 and all(isinstance(item, np.ndarray) for item in array)

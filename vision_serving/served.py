@@ -147,7 +147,7 @@ class ServedInputs:
 
     def preprocess(self, decoded: Sequence[image_codec.Decoded]) -> dict[str, np.ndarray]:
         """Decoded images -> the preprocess model's outputs, by its tensor names (ragged where a preprocessor
-        of its own gives the photos different shapes: :func:`vision_serving.preprocessors.ragged`)."""
+        of its own gives the photos different shapes: :func:`vision_serving.preprocessing.ragged`)."""
         if self.custom is not None:
             return self.custom(decoded)
         assert self.outputs is not None
@@ -225,9 +225,9 @@ class ServedPipeline(ServedInputs):
         count = len(next(iter(feeds.values())))
         if count == 0:
             raise ValueError("no images to run")
-        if any(preprocessors.is_ragged(value) for value in feeds.values()):  # one photo a run: the shapes differ
+        if any(preprocessing.is_ragged(value) for value in feeds.values()):  # one photo a run: the shapes differ
             runs = [self.core.run({name: np.asarray(value[index])[np.newaxis] for name, value in feeds.items()}) for index in range(count)]
-            return {name: preprocessors.ragged([run[k][0] for run in runs]) for k, name in enumerate(self.core.output_names)}
+            return {name: preprocessing.ragged([run[k][0] for run in runs]) for k, name in enumerate(self.core.output_names)}
         chunk = self.core_config.max_batch_size
         parts = [self.core.run({name: value[start : start + chunk] for name, value in feeds.items()}) for start in range(0, count, chunk)]
         return {name: np.concatenate([part[index] for part in parts]) for index, name in enumerate(self.core.output_names)}

@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import drift, model_config
+from .. import drift, model_config, preprocessing
 from ..model_config import ConfigError, ModelConfig
 
 # --------------------------------------------------------------------------- tensors by role
@@ -249,6 +249,22 @@ class LabelledSample:
     target: Any
 
 
+@dataclass(frozen=True)
+class Preprocessor:
+    """A preprocess computation of a task's own, named by a preprocess config's ``preprocessor`` parameter
+    (:mod:`vision_serving.preprocessors`): what it computes, checks and implies for the core it feeds."""
+
+    name: str
+    # The computation for a config: decoded photos -> its outputs by name (each photo's shape its own).
+    make: Callable[[ModelConfig], preprocessing.Preprocess]
+    # The config's problems (the outputs it declares against those the computation writes).
+    check: Callable[[ModelConfig], list[str]]
+    # The TensorRT profiles of the core it feeds: the shapes it can send.
+    profiles: Callable[[ModelConfig], tuple[EngineProfile, ...]]
+    # The normalization the core computes in its graph from the uint8 pixels it is handed.
+    normalization: Callable[[ModelConfig], preprocessing.PixelNormalization]
+
+
 class Task(ABC):
     """Everything one task means. Its module defines one instance, listed in :mod:`.registry`."""
 
@@ -261,6 +277,8 @@ class Task(ABC):
     dataset_layout: str
     # Images per request the task's client sends by default (None: the client's own default).
     client_batch_size: int | None = None
+    # The preprocessors of its own a pipeline of this task may name (vision_serving.preprocessors).
+    preprocessors: ClassVar[tuple[Preprocessor, ...]] = ()
 
     @abstractmethod
     def output_roles(self) -> tuple[Role, ...]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import triton_python_backend_utils as pb_utils
 
-from .. import drift, model_config, preprocessing, preprocessors
+from .. import drift, model_config, preprocessing
+from ..tasks.text_reading import preprocessor as text_preprocessor
 from ..tasks.text_reading import steps
 from ..tasks.text_reading.settings import DEFAULT
 from .base import BatchedModel
@@ -21,7 +22,7 @@ class TritonPythonModel(BatchedModel):
         preprocessing.set_threads(model_config.int_parameter(config, "opencv_threads", 0))
         self.limits = preprocessing.limits_from_config(config)
         self.input_name = model_config.only_tensor(config, "input").name
-        self.max_side = preprocessors.max_detector_side(config)
+        self.max_side = text_preprocessor.max_detector_side(config)
         self.drift = DriftMetrics(pb_utils, args, config, drift.IMAGE_FEATURES)
         pb_utils.Logger.log_info(
             f"{config.name}: text detection input, shorter side {DEFAULT.detection.limit_side_len}, longest {self.max_side}"

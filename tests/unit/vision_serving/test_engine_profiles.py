@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from vision_serving import engine_profiles, layout, model_config, preprocessors
+from vision_serving import engine_profiles, layout, model_config
+from vision_serving.tasks.text_reading import preprocessor as text_preprocessor
 from vision_serving.tasks.text_reading import steps
 from vision_serving.tasks.text_reading.settings import DEFAULT
 
@@ -21,7 +22,7 @@ def tensorrt_config(role: str) -> model_config.ModelConfig:
 def test_the_profiles_come_from_the_preprocess_and_the_task():
     preprocess = model_config.load_config(TEXT_READER.model_dir("preprocess"))
     detector = engine_profiles.for_model(TEXT_READER, "core")
-    assert detector == steps.detector_profiles(DEFAULT.detection, preprocessors.max_detector_side(preprocess))
+    assert detector == steps.detector_profiles(DEFAULT.detection, text_preprocessor.max_detector_side(preprocess))
     assert [p.name for p in detector] == ["photo", "wide", "tall"]
     assert len(engine_profiles.for_model(TEXT_READER, "recognizer")) == 6
     assert engine_profiles.for_model(TEXT_READER, "classifier") == ()

@@ -38,6 +38,7 @@ from rapidfuzz.distance import Levenshtein
 from ... import drift, model_config
 from ...model_config import ConfigError, ModelConfig
 from ..base import ClientReport, EngineProfile, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report
+from . import preprocessor as text_preprocessor
 from . import reader, recognition, steps
 from .agreement import Agreement
 from .reader import Line
@@ -165,7 +166,7 @@ class TextReadingPostprocessor(Postprocessor):
         )
 
     def parse_roles(self, values: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
-        # Each an array [n, ...], or in process a ragged batch (photos of different sizes: vision_serving.preprocessors).
+        # Each an array [n, ...], or in process a ragged batch (photos of different sizes: vision_serving.preprocessing.ragged).
         maps, images, transforms = (values[role] for role in ("probability", "image", "transform"))
         assert maps is not None and images is not None and transforms is not None  # required roles
         if not (len(maps) == len(images) == len(transforms)):
@@ -253,6 +254,8 @@ class TextReadingTask(Task):
     dataset_layout = "DIR/<image> with its expected lines of text, one per line, in <image stem>.txt beside it (none: no text)"
     # One photo per request: photos of different sizes need different detector inputs.
     client_batch_size = 1
+    # Its preprocess sizes the detector's input per photo (preprocessor "text_detection").
+    preprocessors = (text_preprocessor.PREPROCESSOR,)
 
     def postprocessor(self, config: ModelConfig, model_dir: Path) -> TextReadingPostprocessor:
         return TextReadingPostprocessor(config, model_dir)

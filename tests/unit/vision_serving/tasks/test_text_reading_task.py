@@ -12,10 +12,11 @@ import cv2
 import numpy as np
 import pytest
 
-from vision_serving import layout, model_config, preprocessors
+from vision_serving import layout, model_config, preprocessing, preprocessors
 from vision_serving.model_config import ConfigError
 from vision_serving.tasks import registry
 from vision_serving.tasks.base import LabelledSample
+from vision_serving.tasks.text_reading import preprocessor as text_preprocessor
 from vision_serving.tasks.text_reading import reader, recognition, task
 
 PIPELINE = layout.pipeline("text_reader")
@@ -196,16 +197,16 @@ def test_the_client_prints_each_line_and_draws_the_boxes(tmp_path, model_dir):
 
 
 def test_ragged_batches_hold_photos_of_different_sizes():
-    same = preprocessors.ragged([np.zeros((3, 32, 32)), np.ones((3, 32, 32))])
-    assert same.shape == (2, 3, 32, 32) and not preprocessors.is_ragged(same)
-    mixed = preprocessors.ragged([np.zeros((3, 32, 64)), np.ones((3, 64, 32))])
-    assert mixed.shape == (2,) and preprocessors.is_ragged(mixed) and mixed[1].shape == (3, 64, 32)
+    same = preprocessing.ragged([np.zeros((3, 32, 32)), np.ones((3, 32, 32))])
+    assert same.shape == (2, 3, 32, 32) and not preprocessing.is_ragged(same)
+    mixed = preprocessing.ragged([np.zeros((3, 32, 64)), np.ones((3, 64, 32))])
+    assert mixed.shape == (2,) and preprocessing.is_ragged(mixed) and mixed[1].shape == (3, 64, 32)
 
 
 def test_the_text_detection_preprocessor_is_named_by_the_config_and_checked():
     preprocess = model_config.load_config(PIPELINE.model_dir("preprocess"))
     assert preprocessors.kind(preprocess) == "text_detection" and preprocessors.check(preprocess) == []
-    assert preprocessors.max_detector_side(preprocess) == 4096
+    assert text_preprocessor.max_detector_side(preprocess) == 4096
     del preprocess.output[2]
     assert "the text_detection preprocessor writes" in preprocessors.check(preprocess)[0]
     preprocess.parameters["preprocessor"].string_value = "ocr"
