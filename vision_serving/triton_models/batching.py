@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+
+def parse_each(
+    requests: Sequence[Any], parse: Callable[[Any], Any], map_requests: Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]] = map
+) -> tuple[list[Any], list[BaseException | None]]:
+    """(the parsed requests, each request's parse error or None): a request's exception is its own."""
+
+    def parse_one(request: Any) -> tuple[Any, BaseException | None]:
+        try:
+            return parse(request), None
+        except Exception as error:
+            return None, error
+
+    outcomes = list(map_requests(parse_one, requests))
+    return [result for result, error in outcomes if error is None], [error for _, error in outcomes]
 
 
 def run_requests(
@@ -19,17 +34,26 @@ def run_requests(
     """``parse`` each request (its exception fails only that request), ``compute`` all parsed ones
     together (returns one result per parsed request), then ``respond`` or ``fail`` per request.
     ``map_requests`` runs the parses (a thread pool's ``map`` parses them in parallel)."""
-
-    def parse_one(request: Any) -> tuple[Any, BaseException | None]:
-        try:
-            return parse(request), None
-        except Exception as error:
-            return None, error
-
-    outcomes = list(map_requests(parse_one, requests))
-    parsed = [result for result, error in outcomes if error is None]
-    errors = [error for _, error in outcomes]
+    parsed, errors = parse_each(requests, parse, map_requests)
     results = iter(compute(parsed) if parsed else [])
+    return [fail(error) if error is not None else respond(next(results)) for error in errors]
+
+
+async def run_requests_async(
+    requests: Sequence[Any],
+    parse: Callable[[Any], Any],
+    compute: Callable[[list[Any]], Awaitable[Sequence[Any]]],
+    respond: Callable[[Any], Any],
+    fail: Callable[[BaseException], Any],
+) -> list[Any]:
+    """:func:`run_requests` for a step whose computation awaits other models (BLS, ``async_exec``): a request
+    that does not parse fails alone; a computation that raises (a second stage failed) fails every parsed request
+    of the batch with its error, and the requests that did not parse keep their own."""
+    parsed, errors = parse_each(requests, parse)
+    try:
+        results = iter(await compute(parsed) if parsed else [])
+    except Exception as failure:
+        return [fail(failure if error is None else error) for error in errors]
     return [fail(error) if error is not None else respond(next(results)) for error in errors]
 
 

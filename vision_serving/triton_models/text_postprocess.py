@@ -19,6 +19,7 @@ from .. import model_config
 from ..tasks.base import rows
 from ..tasks.text_reading.task import TASK, TextReadingPostprocessor
 from . import bls
+from .batching import run_requests_async
 from .drift_metrics import DriftMetrics
 from .errors import triton_error
 from .postprocess import parse_request
@@ -59,29 +60,20 @@ class TritonPythonModel:
     def _parse(self, request):
         return parse_request(request, self.post, self.drift)
 
-    async def execute(self, requests):
-        parsed: list[dict[str, np.ndarray]] = []
-        errors: list[Exception | None] = []
-        for request in requests:
-            try:
-                parsed.append(self._parse(request))
-                errors.append(None)
-            except Exception as bad_request:
-                errors.append(bad_request)
+    async def _read(self, parsed: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         try:
-            result = await self.post.read(self.post.concatenate(parsed)) if parsed else None
+            result = await self.post.read(self.post.concatenate(parsed))
         except Exception as failure:  # a second stage failed: every request of the batch fails with it
             pb_utils.Logger.log_error(f"text postprocess: {type(failure).__name__}: {failure}")
-            return [
-                pb_utils.InferenceResponse(error=triton_error(pb_utils, RuntimeError(str(failure)) if e is None else e)) for e in errors
-            ]
-        outputs = iter(result.split([rows(item["photos"]) for item in parsed]) if result is not None else [])
-        if result is not None:
-            self.drift.observe(result.features)
-        responses = []
-        for error in errors:
-            if error is not None:
-                responses.append(pb_utils.InferenceResponse(error=triton_error(pb_utils, error)))
-            else:
-                responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, v) for n, v in next(outputs).items()]))
-        return responses
+            raise RuntimeError(str(failure)) from None
+        self.drift.observe(result.features)
+        return result.split([rows(item["photos"]) for item in parsed])
+
+    async def execute(self, requests):
+        return await run_requests_async(
+            requests,
+            self._parse,
+            self._read,
+            lambda outputs: pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, v) for n, v in outputs.items()]),
+            lambda error: pb_utils.InferenceResponse(error=triton_error(pb_utils, error)),
+        )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from vision_serving.triton_models.batching import run_requests
+from vision_serving.triton_models.batching import run_requests, run_requests_async
 
 
 def parse(request: int) -> int:
@@ -40,3 +41,27 @@ def test_a_pool_parses_the_requests_of_a_batch_at_the_same_time():
     with ThreadPoolExecutor(3) as pool:
         answers = run_requests([1, 2, 3], waiting_parse, list, lambda r: r, lambda e: e, pool.map)
     assert answers == [1, 2, 3]
+
+
+def test_the_async_form_answers_as_the_plain_one():
+    async def compute(parsed: list[int]) -> list[int]:
+        await asyncio.sleep(0)  # a BLS request awaited
+        return [value + 1 for value in parsed]
+
+    answers = asyncio.run(run_requests_async([1, -2, 3], parse, compute, lambda r: ("ok", r), lambda e: ("error", str(e))))
+    assert answers == [("ok", 11), ("error", "bad request -2"), ("ok", 31)]
+
+
+def test_a_failed_computation_fails_the_parsed_requests_and_each_bad_one_keeps_its_error():
+    async def compute(parsed: list[int]) -> list[int]:
+        raise RuntimeError("recognizer: out of memory")
+
+    answers = asyncio.run(run_requests_async([1, -2, 3], parse, compute, lambda r: ("ok", r), lambda e: ("error", str(e))))
+    assert answers == [("error", "recognizer: out of memory"), ("error", "bad request -2"), ("error", "recognizer: out of memory")]
+
+
+def test_a_batch_of_bad_requests_computes_nothing():
+    async def compute(parsed: list[int]) -> list[int]:
+        raise AssertionError("nothing to compute")
+
+    assert asyncio.run(run_requests_async([-1], parse, compute, lambda r: r, lambda e: str(e))) == ["bad request -1"]
