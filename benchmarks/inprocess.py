@@ -35,7 +35,7 @@ import cv2
 import numpy as np
 
 from benchmarks import CLASSIFIER
-from vision_serving import core_model, image_codec, layout, preprocessing
+from vision_serving import cpu_runtimes, image_codec, layout, preprocessing
 from vision_serving.pipeline_configs import PipelineConfigs
 from vision_serving.served import SERVED_CORE_CONFIG, ServedPipeline
 
@@ -87,18 +87,15 @@ class BenchedPipeline(ServedPipeline):
 def load(pipeline: layout.Pipeline = CLASSIFIER, variant: Variant = SERVED) -> BenchedPipeline:
     """``pipeline``'s served computation with ``variant``'s changes (thread settings are process-wide)."""
     configs = PipelineConfigs.load(pipeline)
-    runtime = core_model.runtime(configs.core_variant(variant.core_config))
-    threads = "intra_op_threads" if runtime == "onnxruntime" else "inference_threads"
+    runtime = cpu_runtimes.of_config(configs.core_variant(variant.core_config))
     parameters = dict(variant.parameters)
     if variant.threads is not None:
-        parameters[threads] = str(variant.threads)
+        parameters[runtime.threads_parameter] = str(variant.threads)
     if variant.library_defaults:
-        parameters[threads] = "0"
-        if runtime == "onnxruntime":
-            parameters["allow_spinning"] = "1"
+        parameters |= {runtime.threads_parameter: "0", **runtime.untuned}
     served = BenchedPipeline.load(configs, variant.core_config, parameters)
     assert isinstance(served, BenchedPipeline)
-    served.runtime = runtime
+    served.runtime = runtime.name
     served.decode_mode = variant.decode
     if variant.library_defaults:
         preprocessing.set_threads(0)

@@ -52,7 +52,7 @@ import numpy as np
 
 from benchmarks import CLASSIFIER, images, inprocess, report
 from benchmarks.cpu import TimedStage, cpu_ms
-from vision_serving import core_model, drift, image_codec, layout, model_config, preprocessing
+from vision_serving import core_model, cpu_runtimes, drift, image_codec, layout, model_config, preprocessing
 
 BENCHMARK = "steps"
 PARTS = ("pipelines", "runtimes", "detection", "drift", "text_reading", "text_canvas", "decode")
@@ -60,12 +60,11 @@ PARTS = ("pipelines", "runtimes", "detection", "drift", "text_reading", "text_ca
 DECODE_MIXES = ("phone", "heic", "avif")
 CORE_BATCH = 8
 OPENVINO_CONFIG = "cpu_openvino"
-# name -> (core config, parameters) of the runtimes part.
+# name -> (core config, parameters) of the runtimes part: every CPU runtime at the precisions it is measured at.
 RUNTIMES = {
-    "onnxruntime fp32": ("cpu_onnxruntime", ()),
-    "onnxruntime int8": ("cpu_int8", ()),
-    "openvino fp32": ("cpu_openvino_fp32", ()),
-    "openvino int8": ("cpu_openvino_fp32", (("precision", "int8"),)),
+    f"{runtime.name} {variant.precision}": (variant.config, variant.parameters)
+    for runtime in cpu_runtimes.RUNTIMES.values()
+    for variant in runtime.measured
 }
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from builders import BuildError, Log, calibration, provenance, stderr_logger
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
 from builders.loaded import LoadedPipeline
-from vision_serving import core_model, drift, image_codec, layout, model_config
+from vision_serving import core_model, cpu_runtimes, drift, image_codec, layout, model_config
 from vision_serving.served import SERVED_CORE_CONFIG, ServedPipeline
 
 log_to_stderr = stderr_logger("drift-reference")
@@ -261,7 +261,7 @@ def build(
         "pipeline": pipeline.name,
         "core_version": version_dir.name,
         "onnx": onnx.name,
-        "runtime": core_model.runtime(core_config),
+        "runtime": cpu_runtimes.of_config(core_config).name,
         "images": run.images,
         "photos": what,
         "models": {name: reference.to_json() for name, reference in run.references.items()},
@@ -282,7 +282,7 @@ def build(
     for name, reference in run.references.items():
         means = ", ".join(f"{feature} {value:.3g}" for feature, value in reference.means.items())
         log(f"{name}: {means}")
-    log(f"wrote {output} ({run.images} {origin} through {onnx.name} on {core_model.runtime(core_config)})")
+    log(f"wrote {output} ({run.images} {origin} through {onnx.name} on {cpu_runtimes.of_config(core_config).name})")
     return output
 
 

@@ -240,13 +240,10 @@ def check_model_parameters(config: ModelConfig, model_dir: Path, preprocess: pre
 
 def check_python_core(config: ModelConfig) -> None:
     """A Python-backend core's runtime, model and runtime settings (raises ``ConfigError``)."""
-    from . import core_model
+    from . import core_model, cpu_runtimes
 
     core_model.model_parameter(config)
-    if core_model.runtime(config) == "openvino":
-        from .openvino_core import compile_properties
-
-        compile_properties(config)
+    cpu_runtimes.of_config(config).check(config)
 
 
 # Triton's openvino backend (src/openvino.cc): the parameters it reads, and the values it accepts.

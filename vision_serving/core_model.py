@@ -2,14 +2,13 @@
 
 ``configs/cpu*.pbtxt`` of every ``<pipeline>_core`` name
 
-- ``runtime``: ``"openvino"`` (:class:`vision_serving.openvino_core.OpenVinoCore`, the CPU
-  default) or ``"onnxruntime"`` (:class:`vision_serving.onnx_core.OnnxCore`; the default when
-  the parameter is absent);
+- ``runtime``: one of :data:`vision_serving.cpu_runtimes.RUNTIMES` (``"onnxruntime"``, the default when the
+  parameter is absent, or ``"openvino"``);
 - the model, either ``precision``: ``"served"`` (what the precision ladder chose and measured,
   ``served_precision.json``, resolved at load time; FP32 when the ladder has not run),
   ``"fp32"``, ``"fp16"`` or ``"int8"``, or ``onnx_file``: a file name in the version folder.
 
-Both runtimes expose the same interface (``input_names``, ``output_names``, ``run(feeds) ->
+Every runtime exposes the same interface (``input_names``, ``output_names``, ``run(feeds) ->
 list`` in config order) and refuse at load time a model whose outputs do not match the config;
 :func:`vision_serving.cpu_core.load` builds the one a config names.
 """
@@ -24,7 +23,6 @@ import numpy as np
 
 from . import layout, model_config
 
-RUNTIMES = ("onnxruntime", "openvino")
 SERVED = "served"
 PRECISIONS = (SERVED, *sorted(layout.PRECISION_ONNX))
 
@@ -35,13 +33,6 @@ class Core(Protocol):
     onnx_path: Path
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
-
-
-def runtime(config: model_config.ModelConfig) -> str:
-    name = model_config.parameter(config, "runtime", "onnxruntime")
-    if name not in RUNTIMES:
-        raise model_config.ConfigError(f"model '{config.name}': runtime {name!r} is not one of {RUNTIMES}")
-    return name
 
 
 def model_parameter(config: model_config.ModelConfig) -> tuple[str, str]:

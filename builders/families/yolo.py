@@ -34,7 +34,7 @@ import numpy as np
 
 from builders import BuildError, Log
 from builders.artifacts import sha256_file
-from vision_serving import layout
+from vision_serving import cpu_runtimes, layout
 
 FORMATS = "yolo [N, 4+C, A] (YOLOv5u, v8, 11, 26), yolo_v5 [N, A, 5+C] (the original YOLOv5), end2end [N, K, 6] (NMS in the model)"
 HEADS = ("yolo", "yolo_v5", "end2end")
@@ -289,19 +289,14 @@ def _instances(kind: str, count: int) -> str:
 
 
 # CPU variants of the core (the same tensors): name -> (what it is, backend block, parameters, instances, queue delay).
+# The Python backend's: every CPU runtime's configs (vision_serving.cpu_runtimes), no batcher delay; then Triton's own
+# openvino backend (its batch padding wants a short delay).
 CPU_VARIANTS: dict[str, tuple[str, str, dict[str, str], int, int]] = {
-    "cpu": ("The default CPU core: the FP32 ONNX on onnxruntime", 'backend: "python"',
-            {"runtime": "onnxruntime", "onnx_file": MODEL_FILE, "graph_optimization": "all", "intra_op_threads": "1"}, 2, 0),
-    "cpu_onnxruntime": ("The FP32 ONNX on onnxruntime (as cpu)", 'backend: "python"',
-                        {"runtime": "onnxruntime", "onnx_file": MODEL_FILE, "graph_optimization": "all", "intra_op_threads": "1"}, 2, 0),
-    "cpu_int8": ("The INT8 Q/DQ ONNX on onnxruntime with optimizations off: an emulation of TensorRT's INT8", 'backend: "python"',
-                 {"onnx_file": layout.INT8_ONNX, "graph_optimization": "disable_all", "intra_op_threads": "2"}, 1, 0),
-    "cpu_openvino": ("The precision the ladder chose, on OpenVINO's CPU plugin", 'backend: "python"',
-                     {"runtime": "openvino", "precision": "served", "performance_hint": "LATENCY", "num_streams": "1",
-                      "inference_threads": "1", "cpu_pinning": "false"}, 2, 0),
-    "cpu_openvino_fp32": ("The FP32 ONNX on OpenVINO's CPU plugin", 'backend: "python"',
-                          {"runtime": "openvino", "precision": "fp32", "performance_hint": "LATENCY", "num_streams": "1",
-                           "inference_threads": "1", "cpu_pinning": "false"}, 2, 0),
+    **{
+        variant.name: (variant.about, 'backend: "python"', dict(variant.parameters), variant.instances, 0)
+        for runtime in cpu_runtimes.RUNTIMES.values()
+        for variant in runtime.configs
+    },
     "cpu_openvino_backend": ("The FP32 ONNX on Triton's own openvino backend (NVIDIA's server image)",
                              f'backend: "openvino"\ndefault_model_filename: "{MODEL_FILE}"',
                              {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "1", "ENABLE_BATCH_PADDING": "YES"},

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .. import core_model, cpu_core, model_config
+from .. import cpu_core, cpu_runtimes, model_config
 from .base import BatchedModel
 from .batching import split_rows
 
@@ -22,7 +22,7 @@ class TritonPythonModel(BatchedModel):
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
         self.core = cpu_core.load(config, Path(args["model_repository"]) / args["model_version"])
-        pb_utils.Logger.log_info(f"{config.name}: {core_model.runtime(config)} serving {self.core.onnx_path.name}")
+        pb_utils.Logger.log_info(f"{config.name}: {cpu_runtimes.of_config(config).name} serving {self.core.onnx_path.name}")
 
     def _parse(self, request):
         return [pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.core.input_names]

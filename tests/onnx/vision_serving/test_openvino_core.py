@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.support.pipelines import built_classifier
-from vision_serving import core_model, cpu_core, layout, model_config
+from vision_serving import core_model, cpu_core, cpu_runtimes, layout, model_config
 from vision_serving.onnx_core import OnnxCore
 from vision_serving.openvino_core import OpenVinoCore, compile_properties
 
@@ -26,15 +26,15 @@ def test_every_pipeline_has_an_openvino_core_and_defaults_to_onnxruntime_fp32():
     for pipeline in layout.pipelines():
         default = model_config.load_config(pipeline.core_dir, "cpu")
         # Measured: onnxruntime FP32 is as fast as or faster than OpenVINO here, and exact (docs/design.md, "The CPU core is onnxruntime FP32").
-        assert core_model.runtime(default) == "onnxruntime"
+        assert cpu_runtimes.of_config(default).name == "onnxruntime"
         assert core_model.onnx_filename(default, pipeline.core_version_dir) == layout.FP32_ONNX
         config = model_config.load_config(pipeline.core_dir, "cpu_openvino")
-        assert core_model.runtime(config) == "openvino"
+        assert cpu_runtimes.of_config(config).name == "openvino"
         # The classifier's INT8 fails the gate on OpenVINO (served ensemble): FP32 there.
         expected = "fp32" if pipeline.name == "image_classifier" else core_model.SERVED
         assert model_config.parameter(config, "precision") == expected
         assert model_config.parameter(model_config.load_config(pipeline.core_dir, "cpu_openvino_fp32"), "precision") == "fp32"
-        assert core_model.runtime(model_config.load_config(pipeline.core_dir, "cpu_onnxruntime")) == "onnxruntime"
+        assert cpu_runtimes.of_config(model_config.load_config(pipeline.core_dir, "cpu_onnxruntime")).name == "onnxruntime"
         assert model_config.load_config(pipeline.core_dir, "cpu_openvino_backend").backend == "openvino"
 
 
@@ -114,7 +114,7 @@ def test_bad_parameters_are_refused(openvino_config, key, value, message):
     config.CopyFrom(openvino_config)
     config.parameters[key].string_value = value
     with pytest.raises(model_config.ConfigError, match=message):
-        core_model.runtime(config)
+        cpu_runtimes.of_config(config)
         core_model.model_parameter(config)
         compile_properties(config)
 
