@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,28 +45,78 @@ from vision_serving.tasks.base import TaskResult
 log_to_stderr = stderr_logger("select-precision")
 
 
-class HeldOut:
-    """The held-out images and their seeded augmentations, through the served decode and preprocessing (once)."""
+@dataclass(frozen=True)
+class Rung:
+    """One rung of a ladder: its ONNX, and the onnxruntime graph optimization it is judged at."""
 
-    def __init__(self, pipeline: LoadedPipeline, served: ServedPipeline) -> None:
-        sources = calibration.evaluation_sources(pipeline)
-        count = calibration.held_out_count(pipeline, sources)
-        self.samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, served.limits)
-        self.decoded = calibration.decode_samples(self.samples, served)
-        self.tensors = served.preprocessed(self.decoded)
-        self.photos = [s.source for s in self.samples]
+    precision: str
+    onnx: Path
+    graph_optimization: str = "all"
 
 
-def rung_parameters(path: Path, graph_optimization: str) -> dict[str, str]:
-    """The core parameters a rung is measured with: its ONNX on onnxruntime (every CPU thread), and the
-    graph optimization it is judged at (INT8 Q/DQ: ``disable_all``, the emulation of TensorRT's arithmetic)."""
-    return {"runtime": "onnxruntime", "onnx_file": str(path), "graph_optimization": graph_optimization, "intra_op_threads": "0"}
+# --------------------------------------------------------------------------- the ladder, top to bottom
 
 
-def run_rung(pipeline: LoadedPipeline, held_out: HeldOut, path: Path, graph_optimization: str) -> TaskResult:
-    """The served answers of the held-out images with this rung's core."""
-    served = pipeline.served(parameters=rung_parameters(path, graph_optimization))
-    return served.postprocess(served.with_core(held_out.tensors))
+def select_precision(pipeline: LoadedPipeline, log: Log = log_to_stderr) -> dict[str, Any]:
+    """The core's ladder, then each second stage's: build the rungs, measure them in order on the held-out images
+    until one passes the task's gate, serve that one. Writes each model's served_precision.json and the report;
+    returns the core's record (with the stages' under ``stages``)."""
+    started = time.perf_counter()
+    recipe, folder = pipeline.recipe, pipeline.layout
+    fp32 = folder.onnx("fp32")
+    if not fp32.is_file():
+        raise BuildError(f"{fp32} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
+    served = pipeline.served(parameters=rung_parameters(fp32, "all"))
+    held_out = HeldOut(pipeline, served)
+    log(f"{len(held_out.samples)} held-out images ({len(set(held_out.photos))} photos + augmentations)")
+    reference = Reference(served, held_out)
+
+    # 1. Build: every rung's ONNX (each skipped when up to date).
+    rungs = [build_rung(pipeline, precision, log) for precision in recipe.precisions]
+    # 2. Measure and 3. decide: each rung against FP32 through the served pipeline, the first that passes.
+    chosen, measured = decide(rungs, lambda rung: measure_core_rung(pipeline, held_out, reference, rung), log)
+    record = ladder_record(pipeline, chosen, measured, fp32, held_out, recipe.gate)
+    record["stages"] = {stage.role: select_stage_precision(pipeline, stage, held_out, reference, log) for stage in recipe.stages.values()}
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    atomic_write_bytes(folder.served_precision, (json.dumps(record, indent=2) + "\n").encode())
+    folder.reports_dir.mkdir(parents=True, exist_ok=True)
+    (folder.reports_dir / "precision.md").write_text(render_markdown(record))
+    log(f"serves {chosen['precision']} ({chosen['onnx']}); report: {folder.reports_dir / 'precision.md'}")
+    return record
+
+
+def select_stage_precision(
+    pipeline: LoadedPipeline, stage: recipes.Stage, held_out: HeldOut, reference: Reference, log: Log
+) -> dict[str, Any]:
+    """A second stage's ladder: each rung of that model alone (the core and the other stages FP32), the
+    pipeline's answers against FP32's."""
+    fp32 = pipeline.layout.stage_onnx(stage.role)
+    if not fp32.is_file():
+        raise BuildError(f"{fp32} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
+    rungs = [build_stage_rung(fp32, precision, log) for precision in stage.precisions]
+    chosen, measured = decide(rungs, lambda rung: measure_stage_rung(pipeline, stage, reference, rung), log, prefix=f"{stage.role}: ")
+    record = {**ladder_record(pipeline, chosen, measured, fp32, held_out, stage.gate), "stage": stage.role}
+    atomic_write_bytes(fp32.with_name(SERVED_PRECISION), (json.dumps(record, indent=2) + "\n").encode())
+    log(f"{stage.role}: serves {chosen['precision']} ({chosen['onnx']})")
+    return record
+
+
+# --------------------------------------------------------------------------- 1. build
+
+
+def build_rung(pipeline: LoadedPipeline, precision: str, log: Log) -> Rung:
+    """A core rung's ONNX: INT8 Q/DQ by ModelOpt (judged with graph optimizations off: TensorRT's arithmetic),
+    FP16 by conversion, FP32 as exported."""
+    if precision == "int8":
+        return Rung(precision, quantize.quantize(pipeline, quantize.recipe_options(pipeline)).onnx_path, "disable_all")
+    if precision == "fp16":
+        return Rung(precision, build_fp16(pipeline.layout, log))
+    return Rung(precision, pipeline.layout.onnx("fp32"))
+
+
+def build_stage_rung(fp32: Path, precision: str, log: Log) -> Rung:
+    """A second stage's rung: FP16 by conversion beside its FP32, or the FP32 itself."""
+    return Rung(precision, build_fp16_file(fp32, fp32.with_name(FP16_ONNX), log) if precision == "fp16" else fp32)
 
 
 def build_fp16(pipeline: Pipeline, log: Log) -> Path:
@@ -115,46 +167,49 @@ def retype_float_casts(model: Any) -> Any:
     return model
 
 
-def build_rung(pipeline: LoadedPipeline, precision: str, log: Log) -> tuple[Path, str]:
-    """The rung's ONNX and the onnxruntime graph optimization to evaluate it with."""
-    if precision == "int8":
-        result = quantize.quantize(pipeline, quantize.recipe_options(pipeline))
-        return result.onnx_path, "disable_all"
-    if precision == "fp16":
-        return build_fp16(pipeline.layout, log), "all"
-    return pipeline.layout.onnx("fp32"), "all"
+# --------------------------------------------------------------------------- 2. measure
 
 
-def select_precision(pipeline: LoadedPipeline, log: Log = log_to_stderr) -> dict[str, Any]:
-    """Walk the core's ladder, then each second stage's; write their served_precision.json and the report;
-    return the core's record (with the stages' under ``stages``)."""
-    started = time.perf_counter()
-    recipe, folder = pipeline.recipe, pipeline.layout
-    fp32 = folder.onnx("fp32")
-    if not fp32.is_file():
-        raise BuildError(f"{fp32} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
-    served = pipeline.served(parameters=rung_parameters(fp32, "all"))
-    held_out = HeldOut(pipeline, served)
-    log(f"{len(held_out.samples)} held-out images ({len(set(held_out.photos))} photos + augmentations)")
-    reference = Reference(served, held_out)
+class HeldOut:
+    """The held-out images and their seeded augmentations, through the served decode and preprocessing (once)."""
 
-    def candidate(precision: str) -> tuple[Path, dict[str, Any] | None]:
-        path, optimization = build_rung(pipeline, precision, log)
-        if precision == "fp32":
-            return path, None
-        return path, pipeline.task.gate(reference.result(), run_rung(pipeline, held_out, path, optimization), recipe.gate)
+    def __init__(self, pipeline: LoadedPipeline, served: ServedPipeline) -> None:
+        sources = calibration.evaluation_sources(pipeline)
+        count = calibration.held_out_count(pipeline, sources)
+        self.samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, served.limits)
+        self.decoded = calibration.decode_samples(self.samples, served)
+        self.tensors = served.preprocessed(self.decoded)
+        self.photos = [s.source for s in self.samples]
 
-    chosen, rungs = walk_ladder(recipe.precisions, candidate, log)
-    record = ladder_record(pipeline, chosen, rungs, fp32, held_out, recipe.gate)
-    record["stages"] = {}
-    for stage in recipe.stages.values():
-        record["stages"][stage.role] = select_stage_precision(pipeline, stage, held_out, reference, log)
-    record["seconds"] = round(time.perf_counter() - started, 1)
-    atomic_write_bytes(folder.served_precision, (json.dumps(record, indent=2) + "\n").encode())
-    folder.reports_dir.mkdir(parents=True, exist_ok=True)
-    (folder.reports_dir / "precision.md").write_text(render_markdown(record))
-    log(f"serves {chosen['precision']} ({chosen['onnx']}); report: {folder.reports_dir / 'precision.md'}")
-    return record
+
+def rung_parameters(path: Path, graph_optimization: str) -> dict[str, str]:
+    """The core parameters a rung is measured with: its ONNX on onnxruntime (every CPU thread), and the
+    graph optimization it is judged at (INT8 Q/DQ: ``disable_all``, the emulation of TensorRT's arithmetic)."""
+    return {"runtime": "onnxruntime", "onnx_file": str(path), "graph_optimization": graph_optimization, "intra_op_threads": "0"}
+
+
+def run_rung(pipeline: LoadedPipeline, held_out: HeldOut, path: Path, graph_optimization: str) -> TaskResult:
+    """The served answers of the held-out images with this rung's core."""
+    served = pipeline.served(parameters=rung_parameters(path, graph_optimization))
+    return served.postprocess(served.with_core(held_out.tensors))
+
+
+def measure_core_rung(pipeline: LoadedPipeline, held_out: HeldOut, reference: Reference, rung: Rung) -> dict[str, Any] | None:
+    """The task's gate report of the served answers with this core against FP32's; None for FP32 (the reference)."""
+    if rung.precision == "fp32":
+        return None
+    return pipeline.task.gate(reference.result(), run_rung(pipeline, held_out, rung.onnx, rung.graph_optimization), pipeline.recipe.gate)
+
+
+def measure_stage_rung(pipeline: LoadedPipeline, stage: recipes.Stage, reference: Reference, rung: Rung) -> dict[str, Any] | None:
+    """The gate report with this second-stage rung (on FP32's core outputs) against FP32's; None for FP32."""
+    if rung.precision == "fp32":
+        return None
+    served = pipeline.served(
+        parameters=rung_parameters(pipeline.layout.onnx("fp32"), "all"),
+        stage_parameters={stage.role: rung_parameters(rung.onnx, rung.graph_optimization)},
+    )
+    return pipeline.task.gate(reference.result(), served.postprocess(reference.tensors()), stage.gate)
 
 
 class Reference:
@@ -177,21 +232,26 @@ class Reference:
         return self._result
 
 
-def walk_ladder(precisions: tuple[str, ...], candidate: Any, log: Log, prefix: str = "") -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Each rung in order until one passes (FP32 always does): ``candidate(precision)`` -> (its ONNX, its gate
-    report; None for FP32, the reference). Returns the chosen rung and every rung measured."""
-    rungs: list[dict[str, Any]] = []
-    for precision in precisions:
-        path, report = candidate(precision)
+# --------------------------------------------------------------------------- 3. decide
+
+
+def decide(
+    rungs: list[Rung], measure: Callable[[Rung], dict[str, Any] | None], log: Log, prefix: str = ""
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Each rung measured in order until one passes (FP32 always does: ``measure`` gives None for it, the
+    reference). Returns the chosen rung's record and every measured rung's."""
+    measured: list[dict[str, Any]] = []
+    for rung in rungs:
+        report = measure(rung)
         result: dict[str, Any] = report if report is not None else {"metrics": {}, "checks": {}}
         passed = all(check["pass"] for check in result["checks"].values())
-        rung = {"precision": precision, "onnx": path.name, "sha256": sha256_file(path), "pass": passed, **result}
-        rungs.append(rung)
+        record = {"precision": rung.precision, "onnx": rung.onnx.name, "sha256": sha256_file(rung.onnx), "pass": passed, **result}
+        measured.append(record)
         summary = ", ".join(f"{k} {c['value']:.4f} (min {c['min']})" for k, c in result["checks"].items()) or "the reference"
-        log(f"{prefix}{precision}: {'PASS' if passed else 'fail'}: {summary}")
+        log(f"{prefix}{rung.precision}: {'PASS' if passed else 'fail'}: {summary}")
         if passed:
-            return rung, rungs
-    raise BuildError(f"{prefix}the ladder {list(precisions)} does not end with fp32")
+            return record, measured
+    raise BuildError(f"{prefix}the ladder {[rung.precision for rung in rungs]} does not end with fp32")
 
 
 def ladder_record(
@@ -211,28 +271,7 @@ def ladder_record(
     }
 
 
-def select_stage_precision(
-    pipeline: LoadedPipeline, stage: recipes.Stage, held_out: HeldOut, reference: Reference, log: Log
-) -> dict[str, Any]:
-    """A second stage's ladder: each rung of that model alone, the pipeline's answers against FP32's."""
-    fp32 = pipeline.layout.stage_onnx(stage.role)
-    if not fp32.is_file():
-        raise BuildError(f"{fp32} does not exist; run `python -m builders export --pipeline {pipeline.name}` first")
-
-    def candidate(precision: str) -> tuple[Path, dict[str, Any] | None]:
-        if precision == "fp32":
-            return fp32, None
-        path = build_fp16_file(fp32, fp32.with_name(FP16_ONNX), log)
-        rung = pipeline.served(
-            parameters=rung_parameters(pipeline.layout.onnx("fp32"), "all"), stage_parameters={stage.role: rung_parameters(path, "all")}
-        )
-        return path, pipeline.task.gate(reference.result(), rung.postprocess(reference.tensors()), stage.gate)
-
-    chosen, rungs = walk_ladder(stage.precisions, candidate, log, prefix=f"{stage.role}: ")
-    record = {**ladder_record(pipeline, chosen, rungs, fp32, held_out, stage.gate), "stage": stage.role}
-    atomic_write_bytes(fp32.with_name(SERVED_PRECISION), (json.dumps(record, indent=2) + "\n").encode())
-    log(f"{stage.role}: serves {chosen['precision']} ({chosen['onnx']})")
-    return record
+# --------------------------------------------------------------------------- the report
 
 
 def render_markdown(record: dict[str, Any]) -> str:
