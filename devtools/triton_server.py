@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -26,7 +27,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,7 +93,24 @@ def server_environment() -> dict[str, str]:
     env["PYTHONNOUSERSITE"] = "1"
     # One thread per OpenCV call: Triton already runs model instances in parallel.
     env.setdefault("OMP_NUM_THREADS", "1")
+    # jemalloc, as the server image's entrypoint preloads it (docker/tritonserver-pipelines.sh): glibc's malloc
+    # keeps what it freed under uploads of every size. Debian's libjemalloc2 where installed; else glibc's.
+    jemalloc = jemalloc_library(env)
+    if jemalloc is not None:
+        env["LD_PRELOAD"] = os.pathsep.join([str(jemalloc), *([env["LD_PRELOAD"]] if env.get("LD_PRELOAD") else [])])
     return env
+
+
+def jemalloc_library(env: Mapping[str, str]) -> Path | None:
+    """The jemalloc the server preloads: ``JEMALLOC_LIBRARY`` or the system's (``/usr/lib/<arch>-linux-gnu``); None
+    where there is none or ``VISION_SERVING_MALLOC`` is ``glibc``."""
+    if env.get("VISION_SERVING_MALLOC", "jemalloc") != "jemalloc":
+        return None
+    system = Path(f"/usr/lib/{platform.machine()}-linux-gnu")
+    candidates = (
+        env["JEMALLOC_LIBRARY"].split() if env.get("JEMALLOC_LIBRARY") else [system / "libjemalloc.so.2", system / "libjemalloc.so"]
+    )
+    return next((Path(path) for path in candidates if Path(path).is_file()), None)
 
 
 def port_in_use(port: int) -> bool:
@@ -365,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         server.start()
         for name, chosen in server.step_layouts.items():
             print(f"serve: {name}: {chosen} for {server.cpu_limit()}", file=sys.stderr, flush=True)
+        jemalloc = jemalloc_library(os.environ)
+        allocator = f"jemalloc ({jemalloc})" if jemalloc else "glibc's malloc (Debian's libjemalloc2 keeps the memory flat: docs/sizing.md)"
+        print(f"serve: allocator: {allocator}", file=sys.stderr, flush=True)
         server.wait_ready()
         print(
             f"serve: ready. HTTP {server.http_url}  gRPC {server.grpc_url}  "

@@ -61,5 +61,26 @@ for name in "${names[@]}"; do
     repositories+=("--model-repository=${sized%/}/$name")
 done
 
+# The allocator: jemalloc for tritonserver and the Python stubs it starts. Under uploads of every size glibc's
+# malloc keeps what it freed, and the server's memory kept rising after warm-up; with jemalloc it stays flat
+# (docs/design.md, "Memory stays flat"). NVIDIA's image ships it (Triton's docs); VISION_SERVING_MALLOC=glibc
+# keeps glibc's, JEMALLOC_LIBRARY names another file.
+if [[ "${VISION_SERVING_MALLOC:-jemalloc}" == jemalloc ]]; then
+    arch="$(uname -m)"
+    jemalloc=""
+    for candidate in ${JEMALLOC_LIBRARY:-"/usr/lib/$arch-linux-gnu/libjemalloc.so.2" "/usr/lib/$arch-linux-gnu/libjemalloc.so"}; do
+        if [[ -f "$candidate" ]]; then
+            jemalloc="$candidate"
+            break
+        fi
+    done
+    if [[ -n "$jemalloc" ]]; then
+        export LD_PRELOAD="$jemalloc${LD_PRELOAD:+:$LD_PRELOAD}"
+        echo "$me: allocator: jemalloc ($jemalloc)" >&2
+    else
+        echo "$me: warning: jemalloc not found (${JEMALLOC_LIBRARY:-/usr/lib/$arch-linux-gnu/libjemalloc.so[.2]}): glibc's malloc, whose memory grows under uploads of every size" >&2
+    fi
+fi
+
 echo "$me: serving ${#names[@]} pipeline(s) from $root: ${names[*]}" >&2
 exec tritonserver "${repositories[@]}" ${passed[@]+"${passed[@]}"}

@@ -917,7 +917,7 @@ def test_the_entry_script_passes_one_sized_model_repository_per_pipeline(tmp_pat
     assert passed[len(repositories) :] == args, "every other argument is passed on unchanged, in order"
     assert ROOT_FLAG not in completed.stdout
     lines = completed.stderr.splitlines()
-    (line,) = [line for line in lines if line.startswith(f"{ENTRY_COMMAND}: ")]
+    (line,) = [line for line in lines if line.startswith(f"{ENTRY_COMMAND}: serving ")]
     assert all(pipeline.name in line for pipeline in PIPELINES)
     # One line per sized step, naming this machine's CPUs, and the view's configs say the same.
     sized = [line for line in lines if line.startswith("cpu_sizing: ")]
@@ -925,6 +925,36 @@ def test_the_entry_script_passes_one_sized_model_repository_per_pipeline(tmp_pat
     for pipeline in PIPELINES:
         config = model_config.load_config(tmp_path / "sized" / pipeline.name / pipeline.model_name("preprocess"))
         assert config.parameters["decode_threads"].string_value.isdigit()
+
+
+def test_the_entry_script_preloads_jemalloc_for_the_server_and_its_stubs(tmp_path):
+    """jemalloc first in tritonserver's LD_PRELOAD (the stubs inherit it), one line saying so; VISION_SERVING_MALLOC=glibc
+    opts out; a missing library is a warning and glibc's malloc."""
+    root = tmp_path / "root"
+    (root / "alpha").mkdir(parents=True)
+    (root / "alpha" / layout.RECIPE_FILENAME).write_text("")
+    library = tmp_path / "libjemalloc.so.2"
+    library.write_bytes(b"")  # a name only: the fake tritonserver is a shell script
+
+    def preloaded(**env: str) -> tuple[str, str]:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        (bin_dir / "tritonserver").write_text('#!/bin/sh\nprintf "LD_PRELOAD=%s\\n" "$LD_PRELOAD"\n')
+        (bin_dir / "tritonserver").chmod(0o755)
+        environment = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
+        environment |= {"SIZED_MODELS_DIR": str(tmp_path / "sized"), "PIPELINES_ROOT": str(root), **env}
+        completed = subprocess.run(["bash", str(ENTRY_SCRIPT)], capture_output=True, text=True, env=environment, timeout=60, check=False)
+        assert completed.returncode == 0, completed.stderr
+        (line,) = [line for line in completed.stdout.splitlines() if line.startswith("LD_PRELOAD=")]
+        return line.removeprefix("LD_PRELOAD="), completed.stderr
+
+    found, log = preloaded(JEMALLOC_LIBRARY=str(library), LD_PRELOAD="/opt/other.so")
+    assert found.split(":")[:2] == [str(library), "/opt/other.so"]
+    assert f"{ENTRY_COMMAND}: allocator: jemalloc ({library})" in log
+    found, log = preloaded(JEMALLOC_LIBRARY=str(library), VISION_SERVING_MALLOC="glibc")
+    assert str(library) not in found and "allocator" not in log
+    found, log = preloaded(JEMALLOC_LIBRARY=str(tmp_path / "none.so"))
+    assert found == "" and f"{ENTRY_COMMAND}: warning: jemalloc not found" in log
 
 
 def test_the_entry_script_root_defaults_to_the_images(tmp_path):

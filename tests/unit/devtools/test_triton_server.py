@@ -92,3 +92,21 @@ def test_every_task_has_its_client_script():
         assert f"-m scripts.{script.module} " in (SCRIPTS / script.name).read_text()
         default = layout.pipeline(script.default_model)
         assert registry.for_config(model_config.load_config(default.model_dir("postprocess"))).name == task
+
+
+def test_the_server_preloads_jemalloc_where_there_is_one(tmp_path):
+    library = tmp_path / "libjemalloc.so.2"
+    library.write_bytes(b"")
+    assert triton_server.jemalloc_library({"JEMALLOC_LIBRARY": str(library)}) == library
+    assert triton_server.jemalloc_library({"JEMALLOC_LIBRARY": str(tmp_path / "none.so")}) is None
+    assert triton_server.jemalloc_library({"JEMALLOC_LIBRARY": str(library), "VISION_SERVING_MALLOC": "glibc"}) is None
+
+
+def test_the_server_environment_puts_jemalloc_first_in_ld_preload(tmp_path, monkeypatch):
+    library = tmp_path / "libjemalloc.so.2"
+    library.write_bytes(b"")
+    monkeypatch.setenv("JEMALLOC_LIBRARY", str(library))
+    monkeypatch.setenv("LD_PRELOAD", "/opt/other.so")
+    assert triton_server.server_environment()["LD_PRELOAD"] == f"{library}:/opt/other.so"
+    monkeypatch.setenv("VISION_SERVING_MALLOC", "glibc")
+    assert triton_server.server_environment()["LD_PRELOAD"] == "/opt/other.so"
