@@ -87,31 +87,6 @@ def check_variants(name: str, variants: dict[str, ModelConfig]) -> list[str]:
     return problems
 
 
-def check_warmup(name: str, variant: str, config: ModelConfig) -> list[str]:
-    """Each ``model_warmup`` sample fits the model as the config declares it: its inputs are the model's, of their
-    types, with dims the inputs accept, and its batch within ``max_batch_size`` (else the model fails to load)."""
-    problems = []
-    where = f"{name}: {f'configs/{variant}.pbtxt' if variant else 'config.pbtxt'}"
-    inputs = {t.name: t for t in config.input}
-    for sample in config.model_warmup:
-        label = f"{where} warm-up '{sample.name}'"
-        if config.max_batch_size > 0 and not 1 <= sample.batch_size <= config.max_batch_size:
-            problems.append(f"{label}: batch_size {sample.batch_size} outside 1..{config.max_batch_size} (max_batch_size)")
-        for key, value in sample.inputs.items():
-            tensor = inputs.get(key)
-            if tensor is None:
-                problems.append(f"{label}: input '{key}' is not one of the model's ({', '.join(inputs)})")
-                continue
-            if value.data_type != tensor.data_type:
-                problems.append(f"{label}: input '{key}' is {_type(value)}, the model takes {_type(tensor)}")
-            if not _dims_compatible(_dims(value), _dims(tensor)) or -1 in _dims(value):
-                problems.append(f"{label}: input '{key}' dims {_dims(value)} do not fit the model's {_dims(tensor)}")
-        missing = [key for key, tensor in inputs.items() if key not in sample.inputs and not tensor.optional]
-        if missing:
-            problems.append(f"{label}: no data for input(s) {', '.join(missing)}")
-    return problems
-
-
 def check_ensemble(ensemble: ModelConfig, models: dict[str, ModelConfig]) -> list[str]:
     problems: list[str] = []
     where = f"ensemble '{ensemble.name}'"
@@ -337,8 +312,7 @@ def check_pipeline(repository: Path) -> list[str]:
     preprocess = _preprocess_spec(models.get(pipeline.model_name("preprocess"), {}).get(""))
     for name, variants in models.items():
         problems += check_variants(name, variants)
-        for variant, config in variants.items():
-            problems += check_warmup(name, variant, config)
+        for config in variants.values():
             problems += check_model_parameters(config, repository / name, preprocess)
             if config.backend == "openvino" or "onnx_file" in config.parameters or "precision" in config.parameters:
                 version_dirs = sorted(p for p in (repository / name).iterdir() if p.is_dir() and p.name.isdigit())
