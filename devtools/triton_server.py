@@ -384,7 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, chosen in server.step_layouts.items():
             print(f"serve: {name}: {chosen} for {server.cpu_limit()}", file=sys.stderr, flush=True)
         jemalloc = jemalloc_library(os.environ)
-        allocator = f"jemalloc ({jemalloc})" if jemalloc else "glibc's malloc (Debian's libjemalloc2 keeps the memory flat: docs/sizing.md)"
+        allocator = (
+            f"jemalloc ({jemalloc})"
+            if jemalloc
+            else "glibc's malloc (Debian's libjemalloc2 keeps the memory flat: docs/design.md, \"Memory stays flat\")"
+        )
         print(f"serve: allocator: {allocator}", file=sys.stderr, flush=True)
         server.wait_ready()
         print(
