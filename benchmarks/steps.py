@@ -229,11 +229,12 @@ def measure_detection(result: dict, repeats: int, batch: int = 8) -> None:
         f"Batches of {batch}, one thread: parse + threshold + class-aware hard NMS + the map back to the photo + the response tensors.",
     )
     with tempfile.TemporaryDirectory() as scratch:
-        for head, dims in detection.HEADS.items():
+        for head, shapes in detection.heads().items():
+            (dims,) = shapes
             report.log(BENCHMARK, f"detection postprocess, {head}")
             for candidates in detection.CANDIDATES:
                 measured = detection.measure(head, candidates, batch, repeats, Path(scratch))
-                report.add(result, "detection", head=head, raw_output=dims, candidates=candidates, **measured)
+                report.add(result, "detection", head=head, raw_output=list(dims), candidates=candidates, **measured)
 
 
 def measure_text_canvas(result: dict) -> None:

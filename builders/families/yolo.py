@@ -4,10 +4,11 @@ What the model is comes from the file itself:
 
 - the metadata Ultralytics writes into its ONNX exports (``names``, ``imgsz``, ``stride``,
   ``task``, ``end2end``, ``batch``), else the input and output shapes and ``--labels``;
-- the head (:mod:`vision_serving.tasks.detection_heads`), from the output's shape and the class
-  count: ``yolo`` for ``[N, 4 + C, A]`` (YOLOv5u, v8, 11, 26), ``yolo_v5`` for ``[N, A, 5 + C]``
-  (the original YOLOv5), ``end2end`` for ``[N, K, 6]`` with NMS inside (Ultralytics' metadata
-  says so for its ``nms=True`` and NMS-free exports); ``--head`` settles a shape that fits two;
+- the head: the first of the registry's heads a YOLO export may carry
+  (:mod:`vision_serving.tasks.detection_heads`, ``yolo_export``) whose ``fits`` takes the output's
+  shape and class count (``yolo`` for ``[N, 4 + C, A]``, ``yolo_v5`` for ``[N, A, 5 + C]``,
+  ``end2end`` for ``[N, K, 6]`` with NMS inside, which Ultralytics' metadata says for its
+  ``nms=True`` and NMS-free exports); ``--head`` settles a shape that fits two;
 - the batch: a dynamic batch dim is served as is; a static batch of 1 (Ultralytics' default
   ``dynamic=False``) is made dynamic by the ``batch_dimension`` pass where the graph allows it
   (tried here, on onnxruntime: a batch of 2 must give what its images give one by one), else
@@ -35,9 +36,11 @@ import numpy as np
 from builders import BuildError, Log
 from builders.artifacts import sha256_file
 from vision_serving import cpu_runtimes, layout
+from vision_serving.tasks.detection_heads import registry as detection_heads
 
-FORMATS = "yolo [N, 4+C, A] (YOLOv5u, v8, 11, 26), yolo_v5 [N, A, 5+C] (the original YOLOv5), end2end [N, K, 6] (NMS in the model)"
-HEADS = ("yolo", "yolo_v5", "end2end")
+# The heads a YOLO export's output may be, and the formats they read, from the head registry.
+HEADS = tuple(head.name for head in detection_heads.yolo_export_heads())
+FORMATS = ", ".join(f"{head.name} [N, {head.layout[1:]} ({head.exports})" for head in detection_heads.yolo_export_heads())
 MODEL_FILE = "model.onnx"
 LABELS_FILE = "labels.txt"
 MAX_BATCH = 16
@@ -94,33 +97,32 @@ def _names(metadata: dict[str, str], labels: Path | None) -> tuple[str, ...]:
 
 
 def _head(shape: tuple[int | str, ...], classes: int | None, metadata: dict[str, str], forced: str | None, where: str) -> str:
-    """The head of a ``[N, a, b]`` output, checked against the class count where it is known."""
+    """The head of a ``[N, a, b]`` output (the registry's heads that fit it), checked against the class count where it
+    is known."""
     found = f"{where} has shape {list(shape)}"
     if len(shape) != 3 or not all(isinstance(d, int) and d > 0 for d in shape[1:]):
         raise UnsupportedModel(f"{found}; supported: {FORMATS}, with fixed sizes past the batch")
-    a, b = int(shape[1]), int(shape[2])
-    fits = {
-        "yolo": a > 4 and (a == 4 + classes if classes else a < b),
-        "yolo_v5": b > 5 and (b == 5 + classes if classes else a > b),
-        "end2end": b == 6,
-    }
+    shapes = [tuple(int(d) for d in shape[1:])]
+    heads = detection_heads.yolo_export_heads()
+    fits = {head.name: head.fits(shapes, classes) for head in heads}
     if forced is not None:
-        if forced not in HEADS:
+        if forced not in fits:
             raise UnsupportedModel(f"--head {forced!r} is not one of {', '.join(HEADS)}")
         if not fits[forced]:
             raise UnsupportedModel(f"{found}, which is not --head {forced}; supported: {FORMATS}")
         return forced
     if metadata.get("end2end", "").lower() == "true" or _exported_with_nms(metadata):
-        if fits["end2end"]:
-            return "end2end"
+        in_model = [head.name for head in heads if head.nms_in_model and fits[head.name]]
+        if in_model:
+            return in_model[0]
         raise UnsupportedModel(f"{found} but its metadata says NMS is in the model (end2end); supported: {FORMATS}")
-    candidates = [head for head in HEADS if fits[head]]
+    candidates = [name for name, fit in fits.items() if fit]
     if not candidates:
         detail = f" for its {classes} classes" if classes else ""
         raise UnsupportedModel(f"{found}, which is none of the supported formats{detail}: {FORMATS}")
     if len(candidates) > 1:
         raise UnsupportedModel(f"{found}, which fits {' and '.join(candidates)}: pass --head")
-    if classes is None and candidates[0] != "end2end":
+    if classes is None and not detection_heads.head_class(candidates[0]).nms_in_model:
         raise UnsupportedModel(f"{found} and no class names (no Ultralytics metadata): pass --labels FILE (one label per line)")
     return candidates[0]
 
@@ -497,7 +499,7 @@ output {pixels}
 
 def _postprocess_config(header: str, name: str, model: YoloModel, max_batch: int, queue: int) -> str:
     """The detection task with the model's head and Ultralytics' predictor defaults."""
-    heads = {"yolo": "[4 + classes, anchors]", "yolo_v5": "[anchors, 5 + classes]", "end2end": "[detections, 6]"}
+    head = detection_heads.head_class(model.head)
     predictions = _tensors([_tensor("PREDICTIONS", "TYPE_FP32", model.output_dims), *_geometry(), *_thresholds()])
     answers = _answers()
     postprocess_parameters = _parameters(
@@ -516,7 +518,7 @@ def _postprocess_config(header: str, name: str, model: YoloModel, max_batch: int
         drift=True,
     )
     return f"""{header}
-# The detection task (vision_serving/tasks/detection.py) with the {model.head} head: raw {heads[model.head]} predictions ->
+# The detection task (vision_serving/tasks/detection.py) with the {model.head} head: raw {head.layout} predictions ->
 # boxes in the photo's pixels, with Ultralytics' predictor defaults (conf 0.25, iou 0.7, max_det 300, class-aware NMS).
 name: "{name}_postprocess"
 backend: "python"

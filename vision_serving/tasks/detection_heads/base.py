@@ -18,7 +18,7 @@ every image at once.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -85,11 +85,41 @@ def numbers(kind: type) -> Callable[[str], tuple[Any, ...]]:
 
 class Head(ABC):
     """One output format. Subclasses set ``name``, ``parameters`` (their own config keys: parser,
-    required) and ``num_keypoints``, and implement ``input_roles``, ``bind`` and ``detect``."""
+    required) and ``num_keypoints``, and implement ``input_roles``, ``bind`` and ``detect``.
+
+    A head whose output a YOLO export can carry (``yolo_export``) also states its facts, which
+    ``new-pipeline --from yolo`` and the benchmarks read from the registry instead of repeating them:
+    its ``layout`` and who ``exports`` it (the messages and the configs' comments), whether the model
+    did the NMS (``nms_in_model``), :meth:`fits` (which output shapes it reads), :meth:`example_shapes`
+    (the outputs of a model of some input size) and :meth:`synthetic_outputs` (raw outputs with a
+    known number of candidates, for benchmarks and tests)."""
 
     name: ClassVar[str]
     parameters: ClassVar[dict[str, tuple[Callable[[str], Any], bool]]] = {}
     num_keypoints: int = 0
+    layout: ClassVar[str] = ""  # the per-image output dims it reads, e.g. "[4 + C, A]"
+    exports: ClassVar[str] = ""  # the models that export that layout
+    yolo_export: ClassVar[bool] = False  # new-pipeline --from yolo considers it
+    nms_in_model: ClassVar[bool] = False  # the model suppressed the boxes already (no IoU test here)
+
+    @classmethod
+    def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
+        """Whether the model's outputs (per-image dims, batch dim left out) are this head's, for ``classes``
+        classes (None: unknown, then the shape alone decides)."""
+        return False
+
+    @classmethod
+    def example_shapes(cls, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
+        """The per-image output dims a model of this head gives for ``classes`` classes at that input size."""
+        raise NotImplementedError(f"head {cls.name} states no example shapes")
+
+    @classmethod
+    def synthetic_outputs(
+        cls, shapes: Sequence[tuple[int, ...]], batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
+    ) -> list[np.ndarray]:
+        """Raw outputs ``[batch, *shape]`` in which every image has exactly ``candidates`` anchors (rows) above a
+        score threshold of 0.25 and every other one below it, boxes spread over a ``size`` (height, width) input."""
+        raise NotImplementedError(f"head {cls.name} makes no synthetic outputs")
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         """``values``: this head's parameters, parsed."""
@@ -129,6 +159,26 @@ class Head(ABC):
     def check(self, tensor_height: int, tensor_width: int) -> list[str]:
         """Problems of this head with a model input of that size (the consistency check)."""
         return []
+
+
+def synthetic_boxes(anchors: int, size: tuple[int, int], rng: np.random.Generator) -> FloatArray:
+    """``[anchors, 4]`` boxes (centre x, y, width, height) of 8 to 60 pixels spread over a ``size`` input."""
+    height, width = size
+    centres = [rng.uniform(20, width - 20, anchors), rng.uniform(20, height - 20, anchors)]
+    return np.stack([*centres, rng.uniform(8, 60, anchors), rng.uniform(8, 60, anchors)], axis=-1).astype(np.float32)
+
+
+def synthetic_scores(anchors: int, classes: int, candidates: int, rng: np.random.Generator) -> tuple[FloatArray, IntArray]:
+    """``[anchors, classes]`` scores below 0.2 but for ``candidates`` anchors with one class in 0.3 .. 0.99, and those anchors."""
+    scores = rng.uniform(0.0, 0.2, size=(anchors, classes)).astype(np.float32)
+    chosen = rng.choice(anchors, size=candidates, replace=False)
+    scores[chosen, rng.integers(0, classes, candidates)] = rng.uniform(0.3, 0.99, candidates)
+    return scores, chosen.astype(np.int32)
+
+
+def anchor_free_anchors(height: int, width: int, strides: Sequence[int] = (8, 16, 32)) -> int:
+    """Anchors of an anchor-free YOLO head at that input size: one per cell of each stride's grid."""
+    return sum((height // stride) * (width // stride) for stride in strides)
 
 
 def tensor_dims(config: ModelConfig, name: str | None) -> list[int]:

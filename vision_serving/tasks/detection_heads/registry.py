@@ -8,6 +8,11 @@ from .base import Head
 HEADS: dict[str, type[Head]] = {head.name: head for head in (mediapipe_ssd.HEAD, yolo.HEAD, yolo_v5.HEAD, end2end.HEAD)}
 
 
+def yolo_export_heads() -> list[type[Head]]:
+    """The heads a YOLO export's output may be (``new-pipeline --from yolo`` and the benchmarks iterate them)."""
+    return [head for head in HEADS.values() if head.yolo_export]
+
+
 def head_class(name: str) -> type[Head]:
     if name not in HEADS:
         raise ValueError(f"head {name!r} is not one of {', '.join(sorted(HEADS))}")

@@ -9,18 +9,51 @@ agnostic) hard NMS (:func:`.base.hard_nms`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from ...model_config import ConfigError, ModelConfig
 from ..base import Role
-from .base import Head, NmsSettings, TensorDetections, hard_nms, tensor_dims, xywh_to_xyxy
+from .base import (
+    Head,
+    NmsSettings,
+    TensorDetections,
+    anchor_free_anchors,
+    hard_nms,
+    synthetic_boxes,
+    synthetic_scores,
+    tensor_dims,
+    xywh_to_xyxy,
+)
 
 
 class YoloHead(Head):
     name = "yolo"
+    layout = "[4+C, A]"
+    exports = "YOLOv5u, v8, 11, 26"
+    yolo_export = True
     _classes = 0
+
+    @classmethod
+    def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
+        if len(shapes) != 1 or len(shapes[0]) != 2:
+            return False
+        channels, anchors = shapes[0]
+        return channels > 4 and (channels == 4 + classes if classes else channels < anchors)
+
+    @classmethod
+    def example_shapes(cls, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
+        return [(4 + classes, anchor_free_anchors(height, width))]
+
+    @classmethod
+    def synthetic_outputs(
+        cls, shapes: Sequence[tuple[int, ...]], batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
+    ) -> list[np.ndarray]:
+        ((channels, anchors),) = shapes
+        boxes = synthetic_boxes(anchors, size, rng)
+        images = [np.concatenate([boxes, synthetic_scores(anchors, channels - 4, candidates, rng)[0]], axis=1).T for _ in range(batch)]
+        return [np.stack(images).astype(np.float32)]
 
     def input_roles(self) -> tuple[Role, ...]:
         return (Role("predictions", "FP32", (None, None), from_core=True),)
