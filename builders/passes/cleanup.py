@@ -283,15 +283,18 @@ def cast_nonzero_input(graph: gs.Graph) -> int:
     Ultralytics' ``export(nms=True)`` graphs select their detections this way.
     """
     rewrites = 0
+    as_floats: dict[str, gs.Variable] = {}  # one Where per mask, however many NonZero read it
     for node in list(graph.nodes):
         if node.op != "NonZero" or not node.inputs or not _is_bool(node.inputs[0].dtype):
             continue
         source = node.inputs[0]
-        as_float = gs.Variable(f"{source.name}_as_float", dtype=np.float32, shape=source.shape)
-        one = gs.Constant(f"{node.name}_one", np.array(1.0, dtype=np.float32))
-        zero = gs.Constant(f"{node.name}_zero", np.array(0.0, dtype=np.float32))
-        graph.nodes.append(gs.Node("Where", name=f"{node.name}_as_float", inputs=[source, one, zero], outputs=[as_float]))
-        node.inputs[0] = as_float
+        if source.name not in as_floats:
+            as_float = gs.Variable(f"{source.name}_as_float", dtype=np.float32, shape=source.shape)
+            one = gs.Constant(f"{node.name}_one", np.array(1.0, dtype=np.float32))
+            zero = gs.Constant(f"{node.name}_zero", np.array(0.0, dtype=np.float32))
+            graph.nodes.append(gs.Node("Where", name=f"{node.name}_as_float", inputs=[source, one, zero], outputs=[as_float]))
+            as_floats[source.name] = as_float
+        node.inputs[0] = as_floats[source.name]
         rewrites += 1
     if rewrites:
         graph.toposort()

@@ -297,3 +297,23 @@ def test_fix_keeps_qdq_pairs() -> None:
     before = model(nodes, [value("x", [1, 3, 4, 4])], [value("y", None)], initializers, opset=19, ir_version=9)
     result = fix(before, ["fold_constants_and_cleanup", "remove_noops", "fuse_pad_into_conv"])
     assert sorted(op_types(result.model)) == sorted(op_types(before))
+
+
+def nonzero_model(readers: int) -> onnx.ModelProto:
+    """x -> Greater(x, 0) -> BOOL mask, read by ``readers`` NonZero nodes (Ultralytics' nms=True exports share one mask)."""
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["mask"])]
+    nodes += [helper.make_node("NonZero", ["mask"], [f"indices_{i}"], name=f"nonzero_{i}") for i in range(readers)]
+    outputs = [value(f"indices_{i}", [1, None], TensorProto.INT64) for i in range(readers)]
+    return model(nodes, [value("x", [6])], outputs, [const("zero", 0.0, np.float32)])
+
+
+@pytest.mark.parametrize("readers", [1, 4])
+def test_cast_nonzero_input_gives_each_bool_mask_one_float_copy(readers):
+    before = nonzero_model(readers)
+    result = fix(before, ["cast_nonzero_input"])
+    after = result.model
+    assert result.passes[0].rewrites == readers
+    assert op_types(after).count("Where") == 1 and op_types(after).count("NonZero") == readers
+    assert all(node.input[0] == "mask_as_float" for node in after.graph.node if node.op_type == "NonZero")
+    feed = np.array([0.5, -1.0, 0.0, 2.0, -0.1, 3.0], np.float32)
+    assert_same_outputs(before, after, feed, atol=0)
