@@ -66,6 +66,13 @@ _PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "ConstantOfShape": (0,),
     "Split": (1,),
 }
+# (op, input type) TensorRT refuses -> the fix pass that rewrites it (both in Ultralytics' nms=True exports: the
+# selection mask NonZero reads, and the clamp of a dynamic batch's padding).
+DTYPE_FIXES: dict[tuple[str, str], str] = {
+    ("NonZero", "BOOL"): "cast_nonzero_input",
+    ("Clip", "INT64"): "integer_clip_to_min_max",
+    ("Clip", "INT32"): "integer_clip_to_min_max",
+}
 _QUANTIZED_OPERATOR_FORMAT = {"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"}
 
 
@@ -427,10 +434,8 @@ class _Checker:
             self.add("warning", "double-dtype", "DOUBLE is cast down to FP32 by TensorRT (values clamped to ±FLT_MAX)", node)
         elif type_name not in table.OPERATORS[node.op]:
             message = f"{node.op} on {type_name} is not supported (TensorRT lists {', '.join(sorted(table.OPERATORS[node.op]))})"
-            if node.op == "NonZero" and type_name == "BOOL":  # an NMS graph's selection mask (Ultralytics' nms=True export)
-                self.add("error", "unsupported-dtype", message, node, fix=("cast_nonzero_input",))
-            else:
-                self.add("error", "unsupported-dtype", message, node)
+            fix = DTYPE_FIXES.get((node.op, type_name))
+            self.add("error", "unsupported-dtype", message, node, fix=(fix,) if fix else ())
 
     def _constant_inputs(self, node: gs.Node, top_level: bool) -> None:
         for index, name in table.CONSTANT_INPUTS.get(node.op, {}).items():

@@ -65,7 +65,13 @@ class YoloModel:
     names: tuple[str, ...]
     static_batch: bool
     ultralytics: bool  # the export carries Ultralytics' metadata
-    nonzero_on_bool: bool = False  # NMS in the graph selects with NonZero on BOOL, which TensorRT does not take
+    # The fix passes for what TensorRT refuses in the export's types (builders.trt_compat's hints: NonZero on BOOL and
+    # Clip on INT64 in Ultralytics' nms=True exports).
+    type_fixes: tuple[str, ...] = ()
+    # Ultralytics' nms=True export unrolls its NMS loop over the batch it was exported with (``batch``; 1 unless given):
+    # images past it would get no detections, so no run may hold more. None: no such loop.
+    unrolled_batch: int | None = None
+    static_size: bool = True  # the input's height and width are fixed in the file (else dynamic=True: fixed by batch_dimension)
 
     @property
     def output_dims(self) -> list[int]:
@@ -171,7 +177,8 @@ def inspect(path: Path, labels: Path | None = None, head: str | None = None, img
         raise UnsupportedModel(f"{path.name}: output '{output.name}' is {out_type}; supported: float32")
     size = imgsz or _size(metadata, in_shape, path.name)
     names = _names(metadata, labels)
-    chosen = _head(_dims(output), len(names) or None, metadata, head, f"{path.name}: output '{output.name}'")
+    out_shape = _resolved(model, _dims(output), size)
+    chosen = _head(out_shape, len(names) or None, metadata, head, f"{path.name}: output '{output.name}'")
     if not names:
         raise UnsupportedModel(f"{path.name}: the {chosen} output does not give the class count and the model has no names: pass --labels")
     return YoloModel(
@@ -179,13 +186,78 @@ def inspect(path: Path, labels: Path | None = None, head: str | None = None, img
         height=size[0],
         width=size[1],
         output_name=output.name,
-        output_shape=_dims(output),
+        output_shape=out_shape,
         head=chosen,
         names=names,
         static_batch=in_shape[0] == 1,
+        static_size=all(isinstance(d, int) and d > 0 for d in in_shape[2:]),
         ultralytics="imgsz" in metadata,
-        nonzero_on_bool=any(node.op_type == "NonZero" for node in model.graph.node),
+        type_fixes=_type_fixes(model, path.name),
+        unrolled_batch=_unrolled_batch(metadata, in_shape),
     )
+
+
+def _resolved(model: Any, shape: tuple[int | str, ...], size: tuple[int, int]) -> tuple[int | str, ...]:
+    """The output's shape with the dims past the batch that the export left symbolic (``dynamic=True``: the
+    ``4 + C`` and anchor dims) resolved for a ``size`` input: the input fixed to ``[1, 3, H, W]`` and the shapes
+    inferred again (with data propagation, through the Shape arithmetic); a dim inference cannot resolve, from
+    one run of the model on onnxruntime. Dims the export states are kept."""
+    if all(isinstance(d, int) and d > 0 for d in shape[1:]):
+        return shape
+    import onnx
+
+    fixed = onnx.ModelProto.FromString(model.SerializeToString())
+    initializers = {item.name for item in fixed.graph.initializer}
+    (image,) = [item for item in fixed.graph.input if item.name not in initializers]
+    for dim, value in zip(image.type.tensor_type.shape.dim, (1, 3, *size)):
+        dim.Clear()
+        dim.dim_value = value
+    del fixed.graph.value_info[:]
+    for dim in fixed.graph.output[0].type.tensor_type.shape.dim[1:]:
+        if not dim.HasField("dim_value"):
+            dim.Clear()
+    try:
+        inferred = _dims(onnx.shape_inference.infer_shapes(fixed, data_prop=True).graph.output[0])
+    except Exception:  # an export inference cannot walk: onnxruntime below says
+        inferred = shape
+    if all(isinstance(d, int) and d > 0 for d in inferred[1:]):
+        return (shape[0], *inferred[1:])
+    return (shape[0], *_run_shape(fixed)[1:])
+
+
+def _type_fixes(model: Any, name: str) -> tuple[str, ...]:
+    """The passes ``check`` names for the export's unsupported types, in the registry's order."""
+    from builders import trt_compat
+    from builders.passes import registry
+
+    report = trt_compat.check_model(model, name=name)
+    hinted = {fix for finding in report.findings if finding.code == "unsupported-dtype" for fix in finding.fix}
+    return tuple(name for name in registry.DEFAULT_PASSES if name in hinted)
+
+
+def _unrolled_batch(metadata: dict[str, str], in_shape: tuple[int | str, ...]) -> int | None:
+    """Images per run an Ultralytics ``nms=True`` export handles (see ``YoloModel.unrolled_batch``)."""
+    if not _exported_with_nms(metadata):
+        return None
+    if isinstance(in_shape[0], int) and in_shape[0] > 0:
+        return int(in_shape[0])
+    try:
+        return max(1, int(metadata.get("batch", "1")))
+    except ValueError:
+        return 1
+
+
+def _run_shape(model: Any) -> tuple[int, ...]:
+    """The first output's shape from one run of ``model`` (its image input fixed) on zeros."""
+    from vision_serving.onnx_core import create_session
+
+    scratch = layout.BUILD_DIR / "new-pipeline"
+    scratch.mkdir(parents=True, exist_ok=True)
+    probe = scratch / "shape_probe.onnx"
+    probe.write_bytes(model.SerializeToString())
+    session = create_session(probe)
+    (image,) = session.get_inputs()
+    return tuple(int(d) for d in session.run(None, {image.name: np.zeros(image.shape, np.float32)})[0].shape)
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -222,9 +294,17 @@ def batch_passes(model: YoloModel, path: Path, log: Log) -> tuple[list[str], int
     from vision_serving.onnx_core import create_session
 
     onnxruntime.set_default_logger_severity(3)  # a graph the pass cannot batch fails below: its log would be noise
-    cast = ["cast_nonzero_input"] if model.nonzero_on_bool else []
+    cast = list(model.type_fixes)
+    # A dynamic=True export: its height and width (and every shape that follows from them) fixed to the configs'.
+    as_exported = [*cast, "stable_io_names", *([] if model.static_size else ["batch_dimension"])]
+    if model.unrolled_batch is not None:
+        log(
+            f"the model's NMS was exported for batches of up to {model.unrolled_batch}: max_batch_size {model.unrolled_batch}"
+            + ("" if model.unrolled_batch > 1 else "; export with dynamic=True, batch=B to serve batches of B")
+        )
+        return as_exported, model.unrolled_batch
     if not model.static_batch:
-        return [*cast, "stable_io_names"], MAX_BATCH
+        return as_exported, MAX_BATCH
     core = _core_config(model, "probe", MAX_BATCH)
     options = fix_onnx.FixOptions.from_config(
         core, max_batch=MAX_BATCH, opt_batch=None, atol=fix_onnx.DEFAULT_ATOL, rtol=fix_onnx.DEFAULT_RTOL

@@ -299,3 +299,48 @@ def cast_nonzero_input(graph: gs.Graph) -> int:
     if rewrites:
         graph.toposort()
     return rewrites
+
+
+def _is_integer(dtype: object) -> bool:
+    try:
+        return dtype is not None and np.issubdtype(np.dtype(dtype), np.integer)  # type: ignore[call-overload]
+    except TypeError:
+        return False
+
+
+def integer_clip_to_min_max(graph: gs.Graph) -> int:
+    """Write ``Clip`` on integers as ``Max`` then ``Min``: TensorRT's Clip takes floats only, its Max and Min take INT32/INT64.
+
+    Before::
+
+        x (INT64) --Clip(x, low, high)--> y
+
+    After::
+
+        x (INT64) --Max(x, low)--> --Min(., high)--> y
+
+    The same values (Clip is defined as exactly that); an absent bound is left out. Ultralytics'
+    ``export(nms=True, dynamic=True, batch=B)`` graphs clamp the padding of a smaller batch this way.
+    """
+    rewrites = 0
+    for node in list(graph.nodes):
+        if node.op != "Clip" or not node.inputs or not _is_integer(node.inputs[0].dtype):
+            continue
+        value, output = node.inputs[0], node.outputs[0]
+        bounds = [
+            (op, node.inputs[index])
+            for op, index in (("Max", 1), ("Min", 2))
+            if len(node.inputs) > index and not is_absent(node.inputs[index])
+        ]
+        node.outputs = []
+        if not bounds:  # Clip without bounds: the input itself
+            graph.nodes.append(gs.Node("Identity", name=f"{node.name}_identity", inputs=[value], outputs=[output]))
+        for step, (op, bound) in enumerate(bounds):
+            last = step == len(bounds) - 1
+            result = output if last else gs.Variable(f"{node.name}_{op.lower()}", dtype=value.dtype, shape=value.shape)
+            graph.nodes.append(gs.Node(op, name=f"{node.name}_{op.lower()}", inputs=[value, bound], outputs=[result]))
+            value = result
+        rewrites += 1
+    if rewrites:
+        graph.cleanup().toposort()
+    return rewrites

@@ -56,6 +56,7 @@ PASSES: dict[str, GraphPass] = {
     "einsum_to_matmul": einsum.einsum_to_matmul,
     "batch_reshape_placeholder": batch.batch_reshape_placeholder,
     "cast_nonzero_input": cleanup.cast_nonzero_input,
+    "integer_clip_to_min_max": cleanup.integer_clip_to_min_max,
 }
 
 # name -> the pass with the core config as its second argument.
@@ -72,6 +73,7 @@ DEFAULT_PASSES: tuple[str, ...] = (
     "reduce_mean_to_global_average_pool",
     "einsum_to_matmul",
     "cast_nonzero_input",
+    "integer_clip_to_min_max",
     "stable_io_names",
     "batch_dimension",
     # After batch_dimension: it needs the symbolic batch on the inputs to tell batch-pinned Reshapes.

@@ -33,6 +33,7 @@ def detector(
     input_dims: list[int | str] | None = None,
     input_type: int = onnx.TensorProto.FLOAT,
     output_type: int = onnx.TensorProto.FLOAT,
+    output_dims: list[int | str] | None = None,
 ) -> Path:
     """A 1x1 Conv at stride 8 over the image, reshaped into the layout's raw output (batch 1 pinned in the Reshape)."""
     height, width = size
@@ -50,7 +51,7 @@ def detector(
     built = model(
         nodes,
         [value("images", input_dims or [batch, 3, height, width], input_type)],
-        [value("output0", shape, output_type)],
+        [value("output0", output_dims or shape, output_type)],
         [const("w", rng.normal(size=(channels, 3, 1, 1)), np.float32), const("shape", [1, channels, -1], np.int64)],
     )
     helper.set_model_props(built, {**(metadata if metadata is not None else {**ULTRALYTICS, "imgsz": f"[{height}, {width}]"})})
@@ -71,6 +72,41 @@ def test_the_original_yolov5_layout_and_end2end(tmp_path):
     assert yolo.inspect(detector(tmp_path / "e2e.onnx", "end2end", (120, 160), metadata=end2end)).head == "end2end"
     nms_export = {**ULTRALYTICS, "imgsz": "[120, 160]", "args": "{'nms': True, 'batch': 1}"}
     assert yolo.inspect(detector(tmp_path / "nms.onnx", "end2end", (120, 160), metadata=nms_export)).head == "end2end"
+
+
+DYNAMIC = {"batch": "batch", "input_dims": ["batch", 3, "height", "width"], "output_dims": ["batch", "Concatoutput0_dim_1", "anchors"]}
+
+
+@pytest.mark.parametrize("layout_kind, dims", [("yolo", [7, 96]), ("yolo_v5", [96, 8])])
+def test_a_dynamic_export_is_fixed_at_its_imgsz(tmp_path, layout_kind, dims):
+    """``dynamic=True``: batch, height, width and the output's dims past the batch are symbolic; the metadata's imgsz fixes
+    the input and shape inference gives the output; batch_dimension then fixes them in the served graph."""
+    path = detector(tmp_path / "dynamic.onnx", layout_kind, **DYNAMIC)  # type: ignore[arg-type]
+    found = yolo.inspect(path)
+    assert (found.head, found.output_dims, found.static_batch, found.static_size) == (layout_kind, dims, False, False)
+    passes, max_batch = yolo.batch_passes(found, path, lambda _: None)
+    assert (passes, max_batch) == (["stable_io_names", "batch_dimension"], yolo.MAX_BATCH)
+    # The original YOLOv5's file, no metadata: --labels and --imgsz say what it is.
+    labels = tmp_path / "labels.txt"
+    labels.write_text("cat\ndog\nbird\n")
+    plain = detector(tmp_path / "plain.onnx", layout_kind, metadata={}, **DYNAMIC)  # type: ignore[arg-type]
+    with pytest.raises(yolo.UnsupportedModel, match="the input size is dynamic"):
+        yolo.inspect(plain, labels)
+    assert yolo.inspect(plain, labels, imgsz=(64, 96)).output_dims == dims
+
+
+def test_an_nms_export_serves_the_batch_its_loop_was_unrolled_for(tmp_path):
+    """Ultralytics' nms=True export runs its NMS in a loop unrolled over ``batch`` images: a run may hold no more."""
+    args = "{'nms': True, 'dynamic': True, 'batch': 4}"
+    metadata = {**ULTRALYTICS, "imgsz": "[64, 96]", "batch": "4", "args": args}
+    path = detector(tmp_path / "nms.onnx", "end2end", metadata=metadata, **DYNAMIC)  # type: ignore[arg-type]
+    found = yolo.inspect(path)
+    assert (found.head, found.unrolled_batch) == ("end2end", 4)
+    assert yolo.batch_passes(found, path, lambda _: None) == (["stable_io_names", "batch_dimension"], 4)
+    static = detector(tmp_path / "static.onnx", "end2end", metadata={**metadata, "batch": "1", "args": "{'nms': True}"})
+    found = yolo.inspect(static)
+    assert found.unrolled_batch == 1 and yolo.batch_passes(found, static, lambda _: None)[1] == 1
+    assert yolo.inspect(detector(tmp_path / "raw.onnx")).unrolled_batch is None
 
 
 def test_without_metadata_the_labels_give_the_classes(tmp_path):

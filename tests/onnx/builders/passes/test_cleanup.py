@@ -317,3 +317,38 @@ def test_cast_nonzero_input_gives_each_bool_mask_one_float_copy(readers):
     assert all(node.input[0] == "mask_as_float" for node in after.graph.node if node.op_type == "NonZero")
     feed = np.array([0.5, -1.0, 0.0, 2.0, -0.1, 3.0], np.float32)
     assert_same_outputs(before, after, feed, atol=0)
+
+
+@pytest.mark.parametrize("bounds", [("low", "high"), ("low", ""), ("", "high"), ()])
+def test_integer_clip_becomes_max_then_min(bounds):
+    """Ultralytics' nms=True, dynamic=True, batch=B exports clamp an INT64 count with Clip, which TensorRT takes on floats only."""
+    nodes = [helper.make_node("Clip", ["x", *bounds], ["y"], name="clamp")]
+    initializers = [const("low", 0, np.int64), const("high", 4, np.int64)]
+    before = model(nodes, [value("x", [5], TensorProto.INT64)], [value("y", [5], TensorProto.INT64)], initializers)
+    result = fix(before, ["integer_clip_to_min_max"])
+    assert result.passes[0].rewrites == 1
+    assert "Clip" not in op_types(result.model)
+    expected = [op for op, bound in (("Max", "low"), ("Min", "high")) if bound in bounds] or ["Identity"]
+    assert op_types(result.model) == expected
+    assert_same_outputs(before, result.model, np.array([-3, 0, 2, 4, 9], np.int64), atol=0)
+
+
+def test_float_clip_is_left_to_tensorrt():
+    built = model([helper.make_node("Clip", ["x", "low", "high"], ["y"])], [value("x", [3])], [value("y", [3])],
+                  [const("low", 0.0, np.float32), const("high", 1.0, np.float32)])  # fmt: skip
+    assert fix(built, ["integer_clip_to_min_max"]).passes[0].rewrites == 0
+
+
+def test_check_names_the_pass_for_each_type_tensorrt_refuses():
+    from builders import trt_compat
+
+    built = model(
+        [helper.make_node("Clip", ["count", "low"], ["clamped"]), helper.make_node("NonZero", ["mask"], ["indices"])],
+        [value("count", [1], TensorProto.INT64), value("mask", [4], TensorProto.BOOL)],
+        [value("clamped", [1], TensorProto.INT64), value("indices", [1, None], TensorProto.INT64)],
+        [const("low", 0, np.int64)],
+    )
+    fixes = {finding.op: finding.fix for finding in trt_compat.check_model(built).findings if finding.code == "unsupported-dtype"}
+    assert fixes == {"Clip": ("integer_clip_to_min_max",), "NonZero": ("cast_nonzero_input",)}
+    fixed = fix(built, ["cast_nonzero_input", "integer_clip_to_min_max"]).model
+    assert not [finding for finding in trt_compat.check_model(fixed).findings if finding.code == "unsupported-dtype"]
