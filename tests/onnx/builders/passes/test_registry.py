@@ -19,14 +19,19 @@ TRT_COMPAT = Path(__file__).resolve().parents[4] / "builders" / "trt_compat.py"
 
 
 def trt_compat_fix_hints() -> set[str]:
-    """Every pass name in a ``fix=(...)`` of builders/trt_compat.py (read with ``ast``, nothing run)."""
-    hints: set[str] = set()
+    """Every pass name in a ``fix=(...)`` of builders/trt_compat.py (read with ``ast``, nothing run), and its table of
+    the passes for unsupported types."""
+    from builders import trt_compat
+
+    hints: set[str] = set(trt_compat.DTYPE_FIXES.values())
     for node in ast.walk(ast.parse(TRT_COMPAT.read_text())):
         if not isinstance(node, ast.Call):
             continue
         for keyword in node.keywords:
             if keyword.arg != "fix" or (isinstance(keyword.value, ast.Name) and keyword.value.id == "fix"):
                 continue  # Checker.add passing its own argument on
+            if isinstance(keyword.value, ast.IfExp) and ast.unparse(keyword.value) == "(fix,) if fix else ()":
+                continue  # a DTYPE_FIXES entry, counted above
             assert isinstance(keyword.value, ast.Tuple), f"line {node.lineno}: a fix hint that is not a literal tuple"
             for element in keyword.value.elts:
                 assert isinstance(element, ast.Constant) and isinstance(element.value, str), f"line {node.lineno}"
