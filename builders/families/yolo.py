@@ -9,10 +9,14 @@ What the model is comes from the file itself:
   shape and class count (``yolo`` for ``[N, 4 + C, A]``, ``yolo_v5`` for ``[N, A, 5 + C]``,
   ``end2end`` for ``[N, K, 6]`` with NMS inside, which Ultralytics' metadata says for its
   ``nms=True`` and NMS-free exports); ``--head`` settles a shape that fits two;
-- the batch: a dynamic batch dim is served as is; a static batch of 1 (Ultralytics' default
-  ``dynamic=False``) is made dynamic by the ``batch_dimension`` pass where the graph allows it
-  (tried here, on onnxruntime: a batch of 2 must give what its images give one by one), else
-  the pipeline serves batch 1 (``max_batch_size`` 1).
+- the batch: a dynamic batch dim is served as is (``dynamic=True``: its height and width are fixed
+  at ``imgsz`` by ``batch_dimension``, the output dims the export left symbolic inferred from them);
+  a static batch of 1 (Ultralytics' default ``dynamic=False``) is made dynamic by the
+  ``batch_dimension`` pass where the graph allows it (tried here, on onnxruntime: a batch of 2 must
+  give what its images give one by one), else the pipeline serves batch 1 (``max_batch_size`` 1);
+  an ``nms=True`` export serves the batch its NMS loop was unrolled for (``batch``, 1 by default);
+- the fix passes for what TensorRT refuses in the export's types, as ``check`` names them
+  (NonZero on BOOL, Clip on INT64).
 
 It writes the pipeline folder: the model (pinned by sha256 in the recipe), the labels, the
 recipe, the ensemble and its preprocess (Ultralytics' letterbox: ``yolo_letterbox``, pad 114,

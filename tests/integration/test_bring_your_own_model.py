@@ -58,7 +58,14 @@ COLOURS = ["red", "green", "blue", "gray"]
 SEGMENTER = "landscape_segmenter"
 LANDSCAPE_MEMBER = "mediapipe/modules/selfie_segmentation/selfie_segmentation_landscape.tflite"
 # The YOLO pipelines: name -> how the test's model file is made from the trained folder.
-DETECTORS = {"shapes_yolo": "yolo", "shapes_end2end": "end2end", "shapes_v5": "yolo_v5"}
+# Pipeline -> the export it serves (tests/support/ultralytics_yolo.py's EXPORTS; yolo_v5 is the yolo export rewritten).
+DETECTORS = {
+    "shapes_yolo": "yolo",
+    "shapes_end2end": "end2end",
+    "shapes_v5": "yolo_v5",
+    "shapes_dynamic": "dynamic",
+    "shapes_dynamic_nms": "dynamic_nms",
+}
 MIN_IOU = 0.99
 # What the builders write into a pipeline folder (the project's .gitignore keeps it out of git).
 BUILT = (".onnx", ".onnx.json", ".plan", ".plan.json", "served_precision.json", "drift_reference.json", "drift_reference.json.json")
@@ -229,7 +236,7 @@ def trained() -> Path:
 def yolo_models(trained, tmp_path_factory) -> dict[str, Path]:
     """The model file of each detector pipeline, as a user would have it (outside the repository)."""
     folder = tmp_path_factory.mktemp("downloads")
-    files = {"yolo": trained / "yolo.onnx", "end2end": trained / "end2end.onnx"}
+    files = {kind: trained / f"{kind}.onnx" for kind in ("yolo", "end2end", "dynamic", "dynamic_nms")}
     files["yolo_v5"] = yolo.to_yolo_v5(files["yolo"], folder / "yolov5_layout.onnx")
     return {name: shutil.copy(files[kind], folder / f"{name}.onnx") for name, kind in DETECTORS.items()}
 
@@ -294,7 +301,11 @@ def test_new_pipeline_reads_the_yolo_exports(detectors):
     )
     assert "shapes_v5.onnx: yolo_v5 head, 3 classes (circle, square, triangle), input 128x192" in detectors["shapes_v5"]
     # Static batch-1 exports: the raw heads' batch is made dynamic; NMS inside the model cannot be, so it serves batch 1.
-    assert "becomes dynamic" in detectors["shapes_yolo"] and "serves batch 1" in detectors["shapes_end2end"]
+    assert "becomes dynamic" in detectors["shapes_yolo"] and "max_batch_size 1" in detectors["shapes_end2end"]
+    # dynamic=True: the symbolic dims fixed at the metadata's imgsz; with nms=True, batch=4 the NMS loop serves batches of 4.
+    assert "shapes_dynamic.onnx: yolo head, 3 classes (circle, square, triangle), input 128x128" in detectors["shapes_dynamic"]
+    assert "shapes_dynamic_nms.onnx: end2end head, 3 classes (circle, square, triangle), input 128x128" in detectors["shapes_dynamic_nms"]
+    assert "exported for batches of up to 4: max_batch_size 4" in detectors["shapes_dynamic_nms"]
 
 
 def test_an_unsupported_model_is_refused_in_one_line(clone, tmp_path):
@@ -432,7 +443,7 @@ def test_detections_equal_ultralytics_predictor(server, yolo_models, scenes, nam
     # Ultralytics' predictor decodes its own layouts only: the YOLOv5-layout file is the yolo export rewritten (the same
     # network, the same scores), so its reference is the predictor on that export.
     expected = yolo.reference(yolo_models["shapes_yolo" if name == "shapes_v5" else name], scenes)
-    batch = 1 if DETECTORS[name] == "end2end" else 4
+    batch = 1 if DETECTORS[name] == "end2end" else 4  # the static nms=True export serves batch 1; the dynamic one 4
     served = served_detections(server, name, [scenes[n] for n in names], batch)
     assert sum(len(expected[n]["scores"]) for n in names) >= len(names)  # the model finds shapes: a real comparison
     for photo, (boxes, scores, class_ids, labels) in zip(names, served):

@@ -10,11 +10,13 @@ Usage::
     python tests/support/ultralytics_yolo.py predict --model MODEL.onnx --imgsz H,W --out OUT.npz IMAGE...
 
 ``train`` trains a YOLOv8n from ``yolov8n.yaml`` (no pretrained weights: none can be installed
-here) on the dataset the tests drew at ``imgsz`` x ``imgsz``, then exports it twice to ONNX with
-static shapes: ``DIR/yolo.onnx`` (the raw ``[1, 4 + C, A]`` head) at a landscape ``imgsz`` x ``wide``
+here) on the dataset the tests drew at ``imgsz`` x ``imgsz``, then exports it to ONNX (``EXPORTS``):
+``DIR/yolo.onnx`` (static, the raw ``[1, 4 + C, A]`` head) at a landscape ``imgsz`` x ``wide``
 input (the network is fully convolutional: a non-square export of square training, as Ultralytics
-exports ``imgsz=(H, W)``) and ``DIR/end2end.onnx`` (``nms=True``: ``[1, 300, 6]``) at the square
-size, with ``DIR/training.json`` (versions, settings, the final validation mAP, seconds).
+exports ``imgsz=(H, W)``), ``DIR/end2end.onnx`` (static, ``nms=True``: ``[1, 300, 6]``) at the square
+size, and the two ``dynamic=True`` exports of Ultralytics' Triton guide, ``DIR/dynamic.onnx`` (every
+dim symbolic, not simplified) and ``DIR/dynamic_nms.onnx`` (``nms=True, batch=4``), with
+``DIR/training.json`` (versions, settings, the final validation mAP, seconds).
 
 ``predict`` runs Ultralytics' predictor on an ONNX file with its defaults (conf 0.25, iou 0.7,
 max_det 300) and ``rect=False``: the full-size letterbox a fixed-size server computes, not the
@@ -39,6 +41,17 @@ os.environ.setdefault("YOLO_OFFLINE", "1")  # nothing downloads: no hub, no font
 import numpy as np
 
 
+def EXPORTS(imgsz: int, wide: int) -> list[tuple[str, int | list[int], dict]]:  # noqa: N802 (a table, computed)
+    """The exports: (file stem, imgsz, export options). Static files as Ultralytics exports by default, and the
+    dynamic ones its Triton guide asks for (``dynamic=True``; with ``nms=True`` and the batch its NMS is unrolled for)."""
+    return [
+        ("yolo", [imgsz, wide], {"dynamic": False, "simplify": True, "opset": 17}),
+        ("end2end", imgsz, {"dynamic": False, "simplify": True, "opset": 17, "nms": True}),
+        ("dynamic", imgsz, {"dynamic": True, "simplify": False, "opset": 19}),
+        ("dynamic_nms", imgsz, {"dynamic": True, "simplify": True, "opset": 20, "nms": True, "batch": 4}),
+    ]
+
+
 def train(data: Path, out: Path, imgsz: int, wide: int, epochs: int, seed: int) -> None:
     import torch
     import ultralytics
@@ -53,8 +66,8 @@ def train(data: Path, out: Path, imgsz: int, wide: int, epochs: int, seed: int) 
         )  # fmt: skip
         weights = Path(runs) / "train" / "weights" / "last.pt"
         out.mkdir(parents=True, exist_ok=True)
-        for name, size, options in (("yolo", [imgsz, wide], {}), ("end2end", imgsz, {"nms": True})):
-            exported = YOLO(str(weights)).export(format="onnx", imgsz=size, dynamic=False, simplify=True, opset=17, **options)
+        for name, size, options in EXPORTS(imgsz, wide):
+            exported = YOLO(str(weights)).export(format="onnx", imgsz=size, **options)
             shutil.move(exported, out / f"{name}.onnx")
     record = {
         "ultralytics": ultralytics.__version__,
@@ -66,10 +79,7 @@ def train(data: Path, out: Path, imgsz: int, wide: int, epochs: int, seed: int) 
         "seed": seed,
         "map50": float(results.box.map50) if results is not None else None,
         "seconds": round(time.time() - started, 1),
-        "exports": {
-            "yolo.onnx": f"format=onnx, imgsz=[{imgsz}, {wide}], dynamic=False",
-            "end2end.onnx": f"format=onnx, imgsz={imgsz}, dynamic=False, nms=True",
-        },
+        "exports": {f"{name}.onnx": {"imgsz": size, **options} for name, size, options in EXPORTS(imgsz, wide)},
     }
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     print(f"ultralytics_yolo: trained {epochs} epochs in {record['seconds']} s, mAP50 {record['map50']}", file=sys.stderr)

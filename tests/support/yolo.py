@@ -252,9 +252,13 @@ def reference(model: Path, images: dict[str, bytes], log=print) -> dict[str, dic
 
 
 def input_size(model: Path) -> tuple[int, int]:
-    """The (height, width) of a static-shape export's image input."""
-    dims = onnx.load(str(model), load_external_data=False).graph.input[0].type.tensor_type.shape.dim
-    return dims[2].dim_value, dims[3].dim_value
+    """The (height, width) of an export's image input: its dims, or its ``imgsz`` metadata where they are dynamic."""
+    loaded = onnx.load(str(model), load_external_data=False)
+    dims = loaded.graph.input[0].type.tensor_type.shape.dim
+    if dims[2].dim_value and dims[3].dim_value:
+        return dims[2].dim_value, dims[3].dim_value
+    height, width = json.loads({prop.key: prop.value for prop in loaded.metadata_props}["imgsz"])
+    return int(height), int(width)
 
 
 def provenance(folder: Path) -> dict:
