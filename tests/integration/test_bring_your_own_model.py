@@ -58,7 +58,7 @@ COLOURS = ["red", "green", "blue", "gray"]
 SEGMENTER = "landscape_segmenter"
 LANDSCAPE_MEMBER = "mediapipe/modules/selfie_segmentation/selfie_segmentation_landscape.tflite"
 # The YOLO pipelines: name -> how the test's model file is made from the trained folder.
-# Pipeline -> the export it serves (tests/support/ultralytics_yolo.py's EXPORTS; yolo_v5 is the yolo export rewritten).
+# Pipeline -> the export it serves (tests/support/ultralytics_yolo.py's exports(); yolo_v5 is the yolo export rewritten).
 DETECTORS = {
     "shapes_yolo": "yolo",
     "shapes_end2end": "end2end",

@@ -1,4 +1,5 @@
-"""Ultralytics' own YOLO: train the tests' small detector, export it, and predict with it as the reference.
+"""Ultralytics' own YOLO: train the tests' small models (a detector, and one of each other task), export them, and
+predict with them as the reference.
 
 STANDALONE: runs inside the ``ultralytics`` build environment (``.build/envs/ultralytics``,
 ``requirements/ultralytics.txt``; Ultralytics is AGPL-3.0 and never enters ``.venv`` or an image);
@@ -6,11 +7,13 @@ it imports only ultralytics, numpy and the standard library, never the project.
 
 Usage::
 
-    python tests/support/ultralytics_yolo.py train --data DATA.yaml --out DIR [--imgsz 128] [--wide 192] [--epochs 40] [--seed 0]
-    python tests/support/ultralytics_yolo.py predict --model MODEL.onnx --imgsz H,W --out OUT.npz IMAGE...
+    python tests/support/ultralytics_yolo.py train [--task detect] --data DATA --out DIR [--imgsz 128] [--wide 192] [--epochs 40] [--seed 0]
+    python tests/support/ultralytics_yolo.py predict --model MODEL.onnx [--task detect] --imgsz H,W --out OUT.npz IMAGE...
 
-``train`` trains a YOLOv8n from ``yolov8n.yaml`` (no pretrained weights: none can be installed
-here) on the dataset the tests drew at ``imgsz`` x ``imgsz``, then exports it to ONNX (``EXPORTS``):
+``train`` trains a YOLOv8n of the task (``ARCHITECTURES``: ``yolov8n.yaml``, ``yolov8n-seg.yaml``...;
+no pretrained weights: none can be installed here) on the dataset the tests drew at ``imgsz`` x
+``imgsz``, then exports it to ONNX (:func:`exports`; a task other than detect: ``static.onnx`` and
+``dynamic.onnx``). A detector's exports:
 ``DIR/yolo.onnx`` (static, the raw ``[1, 4 + C, A]`` head) at a landscape ``imgsz`` x ``wide``
 input (the network is fully convolutional: a non-square export of square training, as Ultralytics
 exports ``imgsz=(H, W)``), ``DIR/end2end.onnx`` (static, ``nms=True``: ``[1, 300, 6]``) at the square
@@ -22,7 +25,8 @@ dim symbolic, not simplified) and ``DIR/dynamic_nms.onnx`` (``nms=True, batch=4`
 max_det 300) and ``rect=False``: the full-size letterbox a fixed-size server computes, not the
 smallest stride multiple it would use for a dynamic-shape model. The .npz holds, per image i,
 ``"<i>_boxes"`` [D, 4] (x_min, y_min, x_max, y_max, pixels of the image), ``"<i>_scores"`` [D],
-``"<i>_classes"`` [D] int, best first, and ``names`` (the model's class names in id order).
+``"<i>_classes"`` [D] int, best first, and ``names`` (the model's class names in id order); the other
+tasks' answers as :func:`predict` lists them (masks at the image's size: ``retina_masks=True``).
 """
 
 from __future__ import annotations
@@ -40,10 +44,20 @@ os.environ.setdefault("YOLO_OFFLINE", "1")  # nothing downloads: no hub, no font
 
 import numpy as np
 
+# The model of each task Ultralytics trains and exports (yolov8n's architecture, no pretrained weights).
+ARCHITECTURES = {"detect": "yolov8n.yaml", "segment": "yolov8n-seg.yaml", "pose": "yolov8n-pose.yaml", "obb": "yolov8n-obb.yaml",
+                 "classify": "yolov8n-cls.yaml"}  # fmt: skip
 
-def EXPORTS(imgsz: int, wide: int) -> list[tuple[str, int | list[int], dict]]:  # noqa: N802 (a table, computed)
+
+def exports(task: str, imgsz: int, wide: int) -> list[tuple[str, int | list[int], dict]]:
     """The exports: (file stem, imgsz, export options). Static files as Ultralytics exports by default, and the
-    dynamic ones its Triton guide asks for (``dynamic=True``; with ``nms=True`` and the batch its NMS is unrolled for)."""
+    dynamic ones its Triton guide asks for (``dynamic=True``; with ``nms=True`` and the batch its NMS is unrolled for).
+    A detector's raw export is landscape; the other tasks' are square, static and dynamic."""
+    if task != "detect":
+        return [
+            ("static", imgsz, {"dynamic": False, "simplify": True, "opset": 17}),
+            ("dynamic", imgsz, {"dynamic": True, "simplify": False, "opset": 19}),
+        ]
     return [
         ("yolo", [imgsz, wide], {"dynamic": False, "simplify": True, "opset": 17}),
         ("end2end", imgsz, {"dynamic": False, "simplify": True, "opset": 17, "nms": True}),
@@ -52,51 +66,74 @@ def EXPORTS(imgsz: int, wide: int) -> list[tuple[str, int | list[int], dict]]:  
     ]
 
 
-def train(data: Path, out: Path, imgsz: int, wide: int, epochs: int, seed: int) -> None:
+def train(task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, seed: int) -> None:
     import torch
     import ultralytics
     from ultralytics import YOLO
 
     started = time.time()
+    exported_files = exports(task, imgsz, wide)
     with tempfile.TemporaryDirectory() as runs:
-        model = YOLO("yolov8n.yaml")
+        model = YOLO(ARCHITECTURES[task], task=task)
+        augment = {} if task == "classify" else {"mosaic": 0.0}
         results = model.train(
             data=str(data), imgsz=imgsz, epochs=epochs, batch=16, workers=0, device="cpu", seed=seed, deterministic=True,
-            mosaic=0.0, warmup_epochs=1, val=False, plots=False, amp=False, verbose=False, project=runs, name="train",
+            warmup_epochs=1, val=False, plots=False, amp=False, verbose=False, project=runs, name="train", **augment,
         )  # fmt: skip
         weights = Path(runs) / "train" / "weights" / "last.pt"
         out.mkdir(parents=True, exist_ok=True)
-        for name, size, options in EXPORTS(imgsz, wide):
-            exported = YOLO(str(weights)).export(format="onnx", imgsz=size, **options)
+        for name, size, options in exported_files:
+            exported = YOLO(str(weights), task=task).export(format="onnx", imgsz=size, **options)
             shutil.move(exported, out / f"{name}.onnx")
+    box = getattr(results, "box", None) if results is not None else None
     record = {
         "ultralytics": ultralytics.__version__,
         "torch": torch.__version__,
-        "architecture": "yolov8n.yaml (no pretrained weights)",
+        "task": task,
+        "architecture": f"{ARCHITECTURES[task]} (no pretrained weights)",
         "data": str(data),
         "imgsz": imgsz,
         "epochs": epochs,
         "seed": seed,
-        "map50": float(results.box.map50) if results is not None else None,
+        "map50": float(box.map50) if box is not None else None,
         "seconds": round(time.time() - started, 1),
-        "exports": {f"{name}.onnx": {"imgsz": size, **options} for name, size, options in EXPORTS(imgsz, wide)},
+        "exports": {f"{name}.onnx": {"imgsz": size, **options} for name, size, options in exported_files},
     }
     (out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
-    print(f"ultralytics_yolo: trained {epochs} epochs in {record['seconds']} s, mAP50 {record['map50']}", file=sys.stderr)
+    print(f"ultralytics_yolo: trained {task} {epochs} epochs in {record['seconds']} s, mAP50 {record['map50']}", file=sys.stderr)
 
 
-def predict(model_path: Path, imgsz: list[int], out: Path, images: list[str]) -> None:
+def predict(model_path: Path, task: str, imgsz: list[int], out: Path, images: list[str]) -> None:
+    """Every answer the predictor gives, per image ``i`` (see the module): boxes, scores, classes; and, as the task has
+    them, ``masks`` [K, H, W] uint8 in the image's pixels (``retina_masks=True``), ``keypoints`` [K, P, 3] (x, y,
+    score), ``rotated`` [K, 5] (cx, cy, w, h, angle) and ``corners`` [K, 4, 2], ``probs`` [C]."""
     from ultralytics import YOLO
 
-    model = YOLO(str(model_path), task="detect")
+    model = YOLO(str(model_path), task=task)
     arrays: dict[str, np.ndarray] = {}
+    names: dict = {}
     for index, path in enumerate(images):
-        (result,) = model.predict(source=path, imgsz=imgsz, conf=0.25, iou=0.7, max_det=300, rect=False, device="cpu", verbose=False)
-        boxes = result.boxes
-        arrays[f"{index}_boxes"] = boxes.xyxy.numpy().astype(np.float32).reshape(-1, 4)
-        arrays[f"{index}_scores"] = boxes.conf.numpy().astype(np.float32).reshape(-1)
-        arrays[f"{index}_classes"] = boxes.cls.numpy().astype(np.int64).reshape(-1)
+        (result,) = model.predict(
+            source=path, imgsz=imgsz, conf=0.25, iou=0.7, max_det=300, rect=False, retina_masks=True, device="cpu", verbose=False
+        )
         names = result.names
+        boxes = result.obb if result.obb is not None else result.boxes
+        if boxes is not None:
+            arrays[f"{index}_boxes"] = boxes.xyxy.numpy().astype(np.float32).reshape(-1, 4)
+            arrays[f"{index}_scores"] = boxes.conf.numpy().astype(np.float32).reshape(-1)
+            arrays[f"{index}_classes"] = boxes.cls.numpy().astype(np.int64).reshape(-1)
+        if result.obb is not None:
+            arrays[f"{index}_rotated"] = result.obb.xywhr.numpy().astype(np.float32).reshape(-1, 5)
+            arrays[f"{index}_corners"] = result.obb.xyxyxyxy.numpy().astype(np.float32).reshape(-1, 4, 2)
+        if task == "segment":
+            masks = result.masks
+            height, width = result.orig_shape
+            arrays[f"{index}_masks"] = masks.data.numpy().astype(np.uint8) if masks is not None else np.zeros((0, height, width), np.uint8)
+        if task == "pose":
+            keypoints = result.keypoints
+            arrays[f"{index}_keypoints"] = keypoints.data.numpy().astype(np.float32) if keypoints is not None else np.zeros((0, 0, 3))
+        if result.probs is not None:
+            arrays[f"{index}_probs"] = result.probs.data.numpy().astype(np.float32).reshape(-1)
     arrays["names"] = np.array([names[key] for key in sorted(names)]) if images else np.array([])
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as file:
@@ -108,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     steps = parser.add_subparsers(dest="step", required=True)
     training = steps.add_parser("train")
+    training.add_argument("--task", choices=sorted(ARCHITECTURES), default="detect")
     training.add_argument("--data", type=Path, required=True)
     training.add_argument("--out", type=Path, required=True)
     training.add_argument("--imgsz", type=int, default=128)
@@ -116,14 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     training.add_argument("--seed", type=int, default=0)
     predicting = steps.add_parser("predict")
     predicting.add_argument("--model", type=Path, required=True)
+    predicting.add_argument("--task", choices=sorted(ARCHITECTURES), default="detect")
     predicting.add_argument("--imgsz", type=lambda text: [int(v) for v in text.split(",")], required=True, help="H,W")
     predicting.add_argument("--out", type=Path, required=True)
     predicting.add_argument("images", nargs="*")
     args = parser.parse_args(argv)
     if args.step == "train":
-        train(args.data, args.out, args.imgsz, args.wide, args.epochs, args.seed)
+        train(args.task, args.data, args.out, args.imgsz, args.wide, args.epochs, args.seed)
     else:
-        predict(args.model, args.imgsz, args.out, args.images)
+        predict(args.model, args.task, args.imgsz, args.out, args.images)
     return 0
 
 

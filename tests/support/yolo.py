@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -105,11 +106,16 @@ def write_dataset(root: Path, seed: int = 1) -> Path:
 
 
 def _key() -> str:
+    """The detector's cache folder name (:func:`train_task`'s)."""
+    return train_task_key("detect", Path(__file__), EPOCHS)
+
+
+def train_task_key(task: str, writer_file: Path, epochs: int, extra_key: str = "") -> str:
     digest = hashlib.sha256()
-    for path in (SCRIPT, Path(__file__), build_envs.requirements_file(ENV)):
+    for path in (SCRIPT, writer_file, build_envs.requirements_file(ENV)):
         digest.update(sha256_file(path).encode())
-    digest.update(f"{IMGSZ} {WIDE} {EPOCHS} {TRAIN_IMAGES} {VAL_IMAGES}".encode())
-    return digest.hexdigest()[:16]
+    digest.update(f"{task} {IMGSZ} {WIDE} {epochs} {extra_key}".encode())
+    return digest.hexdigest()[:16] if task == "detect" else f"{task}-{digest.hexdigest()[:16]}"
 
 
 _training_lock = threading.Lock()  # one training at a time in this process (the background one and a fixture's)
@@ -155,29 +161,20 @@ def _train_once(log) -> Path:
 
 
 def _train(log) -> Path:
-    folder = CACHE / _key()
+    return train_task("detect", write_dataset, Path(__file__), log)
+
+
+def train_task(task: str, write: Callable[[Path], Path], writer_file: Path, log, epochs: int = EPOCHS, extra_key: str = "") -> Path:
+    """A YOLOv8n of ``task`` trained by Ultralytics on the dataset ``write(folder)`` draws (it returns the path to pass
+    as ``data``), exported (``ultralytics_yolo.exports``): the folder of its ONNX files and training.json, cached by the
+    hash of the script, ``writer_file`` (the module that draws the data), the environment and the settings."""
+    folder = CACHE / train_task_key(task, writer_file, epochs, extra_key)
     if (folder / "training.json").is_file():
         return folder
     build_envs.ensure_env(ENV, log)
-    data = write_dataset(folder / "dataset")
-    build_envs.run_in_env(
-        ENV,
-        [
-            str(SCRIPT),
-            "train",
-            "--data",
-            str(data),
-            "--out",
-            str(folder),
-            "--imgsz",
-            str(IMGSZ),
-            "--wide",
-            str(WIDE),
-            "--epochs",
-            str(EPOCHS),
-        ],
-        log,
-    )
+    data = write(folder / "dataset")
+    arguments = ["--task", task, "--data", str(data), "--out", str(folder), "--imgsz", str(IMGSZ), "--wide", str(WIDE)]
+    build_envs.run_in_env(ENV, [str(SCRIPT), "train", *arguments, "--epochs", str(epochs)], log)
     return folder
 
 
@@ -229,11 +226,14 @@ def to_yolo_v5(source: Path, target: Path) -> Path:
     return target
 
 
-def reference(model: Path, images: dict[str, bytes], log=print) -> dict[str, dict[str, np.ndarray]]:
-    """Ultralytics' predictor on ``model`` (full-size letterbox): per image name, boxes, scores, classes."""
+def reference(model: Path, images: dict[str, bytes], log=print, task: str = "detect") -> dict[str, dict[str, np.ndarray]]:
+    """Ultralytics' predictor on ``model`` (full-size letterbox): per image name, boxes, scores, classes, and the
+    task's own answers (``ultralytics_yolo.predict``: masks, keypoints, rotated boxes and corners, probs)."""
     names = sorted(images)
     key = hashlib.sha256(
-        "\n".join([sha256_file(model), sha256_file(SCRIPT), *(f"{n}:{hashlib.sha256(images[n]).hexdigest()}" for n in names)]).encode()
+        "\n".join(
+            [task, sha256_file(model), sha256_file(SCRIPT), *(f"{n}:{hashlib.sha256(images[n]).hexdigest()}" for n in names)]
+        ).encode()
     )
     cache = CACHE / "references" / f"{model.stem}-{key.hexdigest()[:16]}.npz"
     if not cache.is_file():
@@ -245,10 +245,14 @@ def reference(model: Path, images: dict[str, bytes], log=print) -> dict[str, dic
             path.write_bytes(images[name])
             paths.append(str(path))
         height, width = input_size(model)
-        arguments = [str(SCRIPT), "predict", "--model", str(model), "--imgsz", f"{height},{width}", "--out", str(cache), *paths]
+        arguments = [str(SCRIPT), "predict", "--model", str(model), "--task", task, "--imgsz", f"{height},{width}", "--out", str(cache)]
+        arguments += paths
         build_envs.run_in_env(ENV, arguments, log)
     with np.load(cache, allow_pickle=False) as data:
-        return {name: {field: np.array(data[f"{i}_{field}"]) for field in ("boxes", "scores", "classes")} for i, name in enumerate(names)}
+        return {
+            name: {key.split("_", 1)[1]: np.array(data[key]) for key in data.files if key.startswith(f"{i}_")}
+            for i, name in enumerate(names)
+        }
 
 
 def input_size(model: Path) -> tuple[int, int]:
