@@ -1,25 +1,25 @@
 """``python -m builders export --pipeline NAME``: the recipe's source model -> the core's FP32 ONNX.
 
-One converter per ``[source] kind`` of the recipe:
+The recipe's ``[source] kind`` is looked up in :mod:`builders.sources.registry` (one module per
+kind). A kind either owns the whole export (``efficientnet_lite0``: PyTorch's, verified against
+PyTorch, :mod:`builders.export_onnx`) or hands this module its model file converted to an unfixed
+ONNX model (``tflite``: tf2onnx in its own environment; ``onnx``: the file itself). The shared path
+then applies the recipe's fix passes (each verified on onnxruntime), verifies the fixed graph on
+real photos through the served preprocessing (against the unfixed graph run with a reference
+implementation of its custom ops, ``builders.passes.reference_ops``, when it has any), folds the
+preprocess's normalization in when it hands uint8, and checks the I/O against the core's config.
+Each ``[stages.<role>]`` (an ``onnx`` source) is built the same way into its own model folder.
 
-- ``efficientnet_lite0``: PyTorch export, verified against PyTorch (:mod:`builders.export_onnx`);
-- ``tflite``: a ``.tflite`` file from a pinned wheel, converted by tf2onnx in its own
-  environment (``requirements/tflite-convert.txt``), then the recipe's fix passes;
-  verified tensor by tensor against the unfixed graph run with a reference
-  implementation of its custom ops (``builders.passes.reference_ops``);
-- ``onnx``: an ONNX file you bring (path relative to the pipeline folder), then the
-  recipe's fix passes, each verified on onnxruntime.
-
-Every converter writes ``<pipeline>_core/1/model.onnx`` and its provenance record
-atomically, and skips the work when its recorded input hash is unchanged.
+Every export writes its ``model.onnx`` and its provenance record atomically, and skips the work
+when its recorded input hash is unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from builders import BuildError, CheckFailed, Log, normalization, provenance, st
 from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
 from builders.loaded import LoadedPipeline
+from builders.sources import registry as source_kinds
+from builders.sources.base import ExportResult, SourceKind
 from vision_serving import layout, preprocessing, preprocessors
 from vision_serving.model_config import ModelConfig
 from vision_serving.served import ServedInputs
@@ -49,14 +51,8 @@ CODE_FILES = (
     "builders/passes/onnx_io.py",
     "builders/normalization.py",
     "builders/stage_decode.py",
-)
-
-
-@dataclass(frozen=True)
-class ExportResult:
-    status: str  # "exported" or "up to date"
-    onnx_path: Path
-    provenance: dict[str, Any]
+    "builders/sources/base.py",
+)  # and the module of the source's kind (_code)
 
 
 def export(pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stderr) -> ExportResult:
@@ -67,49 +63,34 @@ def export(pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stde
     registry.check_names(recipe.fix.passes, f"{recipe.path} [fix] passes")
     for stage in recipe.stages.values():
         registry.check_names(stage.fix.passes, f"{recipe.path} [stages.{stage.role}] passes")
-    if recipe.source.kind == "efficientnet_lite0":
-        from builders import export_onnx
-
-        exported = export_onnx.export(pipeline, force=force, log=log)
-        result = ExportResult(exported.status, exported.onnx_path, exported.provenance)
-    else:
-        result = _export_converted(pipeline, force, log)
+    kind = source_kinds.kind(recipe.source.kind, f"{recipe.path} [source]")
+    result = kind.export(pipeline, force, log)
+    if result is None:
+        result = _export_converted(pipeline, kind, force, log)
     for stage in recipe.stages.values():
         export_stage(pipeline, stage, force, log)
     return result
 
 
-def _record(loaded: LoadedPipeline, source_file: Path) -> dict[str, Any]:
-    recipe, pipeline = loaded.recipe, loaded.layout
+def _code(kind: SourceKind) -> dict[str, str]:
+    """The sha256 of the shared path's code and of the module of the source's kind."""
     root = layout.REPOSITORY_ROOT
+    module = Path(inspect.getfile(type(kind))).resolve()
+    names = (*CODE_FILES, module.relative_to(root).as_posix()) if module.is_relative_to(root) else CODE_FILES
+    return {name: sha256_file(root / name) for name in names if (root / name).is_file()}
+
+
+def _record(loaded: LoadedPipeline, kind: SourceKind, source_file: Path) -> dict[str, Any]:
+    recipe, pipeline = loaded.recipe, loaded.layout
     return {
         "source": {"kind": recipe.source.kind, "file": source_file.name, "sha256": sha256_file(source_file), "opset": recipe.source.opset},
         "passes": list(recipe.fix.passes),
         "core_config_sha256": sha256_file(pipeline.core_dir / "config.pbtxt"),
         "preprocess_config_sha256": sha256_file(pipeline.model_dir("preprocess") / "config.pbtxt"),
-        "code": {name: sha256_file(root / name) for name in CODE_FILES if (root / name).is_file()},
+        "code": _code(kind),
         "packages": package_versions(["onnx", "onnxruntime", "onnx-graphsurgeon", "numpy"]),
-        "converter_requirements": (sha256_file(root / "requirements" / "tflite-convert.txt") if recipe.source.kind == "tflite" else None),
+        "converter_requirements": kind.converter_sha256(),
     }
-
-
-def _source_file(pipeline: LoadedPipeline, log: Log, source: recipes.Source | None = None, section: str = "[source]") -> Path:
-    """The model file a source names: a wheel's member (extracted once, its sha256 checked) or a file of the pipeline folder."""
-    recipe = pipeline.recipe
-    source = source or recipe.source
-    if source.wheel or source.kind == "tflite":
-        from builders import tflite
-
-        if not source.wheel or not source.member:
-            raise recipes.RecipeError(f"{recipe.path} {section}: a {source.kind} source in a wheel needs wheel and member")
-        return tflite.wheel_member(source.wheel, source.member, source.sha256, log)
-    path = (pipeline.layout.repository / source.path).resolve()
-    if not source.path or not path.is_file():
-        raise recipes.RecipeError(f"{recipe.path} {section}: path {source.path!r} is not a file in the pipeline folder")
-    actual = sha256_file(path)
-    if actual != source.sha256:
-        raise recipes.RecipeError(f"{recipe.path} {section}: {source.path} has sha256 {actual}, the recipe pins {source.sha256}")
-    return path
 
 
 def _served_batch(pipeline: LoadedPipeline, names: tuple[str, ...]) -> np.ndarray:
@@ -188,84 +169,57 @@ class _temporary_model:
         self._directory.cleanup()
 
 
-def _export_converted(loaded: LoadedPipeline, force: bool, log: Log) -> ExportResult:
+def _export_converted(loaded: LoadedPipeline, kind: SourceKind, force: bool, log: Log) -> ExportResult:
+    """The shared path: the kind's model file converted, the recipe's passes, verified, written with its provenance."""
     from builders import fix_onnx
 
     started = time.perf_counter()
     recipe, pipeline = loaded.recipe, loaded.layout
     output = pipeline.onnx("fp32")
-    source_file = _source_file(loaded, log)
-    inputs = _record(loaded, source_file)
+    source_file = kind.model_file(recipe.source, pipeline.repository, f"{recipe.path} [source]", log)
+    inputs = _record(loaded, kind, source_file)
     expected = input_hash(inputs)
     if not force and provenance.is_current(output, expected):
         log(f"{output.relative_to(layout.REPOSITORY_ROOT) if output.is_relative_to(layout.REPOSITORY_ROOT) else output} is up to date")
         return ExportResult("up to date", output, json.loads(layout.provenance_path(output).read_text()))
-    unfixed, extra = _converted(loaded, source_file, log)
+    converted = kind.convert(recipe.source, source_file, pipeline.build_dir, log)
+    unfixed = converted.model
     options = fix_onnx.options_for_core(loaded.configs.core(), None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
     result = fix_onnx.fix_model(unfixed, list(recipe.fix.passes), options, log)
-    if recipe.source.kind == "tflite":
-        _check_tflite_options(unfixed, source_file)
+    kind.check_converted(unfixed, source_file)
     model, checks = _verified(loaded, unfixed, result.model, log)
-    extra.update(checks)
-    data = model.SerializeToString()
-    atomic_write_bytes(output, data)
-    record = provenance.Provenance.for_bytes(
-        "export",
-        expected,
+    record = _write(
         output,
-        data,
-        input_hashes={"source": inputs["source"]["sha256"], "core_config": inputs["core_config_sha256"]},
-        tools=dict(inputs["packages"]),
-        inputs=inputs,
-        extra={
+        model,
+        expected,
+        inputs,
+        {"source": inputs["source"]["sha256"], "core_config": inputs["core_config_sha256"]},
+        {
             "pipeline": pipeline.name,
             "nodes": {"before": result.nodes_before, "after": len(model.graph.node)},
             "op_counts": fix_onnx.op_counts(model),
             "passes": [vars(item) for item in result.passes],
-            **extra,
+            **converted.provenance,
+            **checks,
             "seconds": round(time.perf_counter() - started, 1),
         },
+        log,
     )
-    record.write(layout.provenance_path(output))
-    log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {len(model.graph.node)} nodes) in {record.extra['seconds']} s")
     return ExportResult("exported", output, record.to_dict())
 
 
-def _converted(loaded: LoadedPipeline, source_file: Path, log: Log) -> tuple[Any, dict[str, Any]]:
-    """The source as an unfixed ONNX model (a ``.tflite`` through tf2onnx in its own environment), and
-    what the provenance records of the conversion (the TFLite custom options)."""
-    import onnx
-
-    from builders import fix_onnx
-
-    recipe, pipeline = loaded.recipe, loaded.layout
-    if recipe.source.kind != "tflite":
-        return fix_onnx.load_model(source_file), {}
-    from builders import tflite
-
-    converted = pipeline.build_dir / "source.onnx"
-    converted.parent.mkdir(parents=True, exist_ok=True)
-    log(f"converting {source_file.name} with tf2onnx (opset {recipe.source.opset}) in its own environment...")
-    tflite.convert_to_onnx(source_file, converted, recipe.source.opset, log)
-    unfixed = onnx.load(str(converted))
-    params = tflite.transpose_conv_params(source_file)
-    return unfixed, {"tflite_custom_options": [vars(item) if hasattr(item, "__dict__") else str(item) for item in params]}
-
-
-def _check_tflite_options(unfixed: Any, source_file: Path) -> None:
-    """The transposed convolutions' stride and padding derived from the graph's shapes equal the
-    TFLite operators' own custom options (which tf2onnx drops)."""
-    import onnx
-    import onnx_graphsurgeon as gs
-
-    from builders import tflite
-    from builders.passes import convolution_2d_transpose_bias as transpose_pass
-
-    disagreements = transpose_pass.check_against_tflite(
-        gs.import_onnx(onnx.shape_inference.infer_shapes(unfixed)), tflite.transpose_conv_params(source_file)
+def _write(
+    output: Path, model: Any, expected: str, inputs: dict[str, Any], input_hashes: dict[str, str], extra: dict[str, Any], log: Log
+) -> provenance.Provenance:
+    """``model`` written to ``output`` and its provenance record beside it, each atomically."""
+    data = model.SerializeToString()
+    atomic_write_bytes(output, data)
+    record = provenance.Provenance.for_bytes(
+        "export", expected, output, data, input_hashes=input_hashes, tools=dict(inputs["packages"]), inputs=inputs, extra=extra
     )
-    if disagreements:
-        raise CheckFailed("the shapes and the TFLite custom options disagree: " + "; ".join(disagreements))
+    record.write(layout.provenance_path(output))
+    log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {len(model.graph.node)} nodes) in {extra['seconds']} s")
+    return record
 
 
 def _verified(loaded: LoadedPipeline, unfixed: Any, fixed: Any, log: Log) -> tuple[Any, dict[str, Any]]:
@@ -342,33 +296,30 @@ def _check_io(model: Any, core: ModelConfig, model_name: str) -> None:
 
 
 def export_stage(loaded: LoadedPipeline, stage: recipes.Stage, force: bool = False, log: Log = log_to_stderr) -> Path:
-    """A second-stage model (``[stages.<role>]``) -> ``<pipeline>_<role>/1/model.onnx``: its ONNX source, the
-    recipe's passes, its I/O checked against that model's config; and the ``metadata_lists`` files beside
-    the postprocess config."""
+    """A second-stage model (``[stages.<role>]``) -> ``<pipeline>_<role>/1/model.onnx``: its source (of a kind a
+    second stage may come from, :func:`builders.sources.registry.stage_kind`: an ONNX file), the recipe's passes,
+    its I/O checked against that model's config; and the ``metadata_lists`` files beside the postprocess config."""
     from builders import fix_onnx
     from vision_serving import model_config
 
     pipeline = loaded.layout
-    section = f"[stages.{stage.role}]"
-    if stage.source.kind != "onnx":
-        raise recipes.RecipeError(f"{loaded.recipe.path} {section}: a second stage's source must be an ONNX file (kind onnx)")
+    section = f"{loaded.recipe.path} [stages.{stage.role}]"
+    kind = source_kinds.stage_kind(stage.source.kind, section)
     folder = pipeline.stage_dir(stage.role)
     config_file = folder / "config.pbtxt"
     if not config_file.is_file():
-        raise recipes.RecipeError(f"{loaded.recipe.path} {section}: no model {folder.name} in {pipeline.repository} (its config.pbtxt)")
+        raise recipes.RecipeError(f"{section}: no model {folder.name} in {pipeline.repository} (its config.pbtxt)")
     config = model_config.load_config(folder)
     output = pipeline.stage_onnx(stage.role)
-    source_file = _source_file(loaded, log, stage.source, section)
-    root = layout.REPOSITORY_ROOT
+    source_file = kind.model_file(stage.source, pipeline.repository, section, log)
     source_sha256 = sha256_file(source_file)
-    packages = package_versions(["onnx", "onnx-graphsurgeon", "numpy"])
     inputs: dict[str, Any] = {
         "source": {"file": source_file.name, "sha256": source_sha256},
         "passes": list(stage.fix.passes),
         "decode": stage.decode,
         "config_sha256": sha256_file(config_file),
-        "code": {name: sha256_file(root / name) for name in CODE_FILES if (root / name).is_file()},
-        "packages": packages,
+        "code": _code(kind),
+        "packages": package_versions(["onnx", "onnx-graphsurgeon", "numpy"]),
     }
     expected = input_hash(inputs)
     if force or not provenance.is_current(output, expected):
@@ -376,25 +327,22 @@ def export_stage(loaded: LoadedPipeline, stage: recipes.Stage, force: bool = Fal
         options = fix_onnx.options_for_core(config, None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
         if stage.decode is not None:  # the passes see the model before its decoding: one output, named for what it is
             options = dataclasses.replace(options, output_names=(stage_decode.UNDECODED_OUTPUT,), output_dims=None)
-        result = fix_onnx.fix_model(fix_onnx.load_model(source_file), list(stage.fix.passes), options, log)
+        converted = kind.convert(stage.source, source_file, pipeline.build_dir / stage.role, log)
+        result = fix_onnx.fix_model(converted.model, list(stage.fix.passes), options, log)
+        kind.check_converted(converted.model, source_file)
         model = result.model
         if stage.decode is not None:
             model = _decoded(model, stage.decode, config, log)
         _check_io(model, config, folder.name)
-        data = model.SerializeToString()
-        atomic_write_bytes(output, data)
-        record = provenance.Provenance.for_bytes(
-            "export",
-            expected,
+        _write(
             output,
-            data,
-            input_hashes={"source": source_sha256, "config": inputs["config_sha256"]},
-            tools=dict(packages),
-            inputs=inputs,
-            extra={"pipeline": pipeline.name, "stage": stage.role, "seconds": round(time.perf_counter() - started, 1)},
+            model,
+            expected,
+            inputs,
+            {"source": source_sha256, "config": inputs["config_sha256"]},
+            {"pipeline": pipeline.name, "stage": stage.role, **converted.provenance, "seconds": round(time.perf_counter() - started, 1)},
+            log,
         )
-        record.write(layout.provenance_path(output))
-        log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {len(model.graph.node)} nodes)")
     else:
         log(f"{folder.name}/1/{output.name} is up to date")
     _write_metadata_lists(output, stage, pipeline.model_dir("postprocess"), log)

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,10 +41,12 @@ from builders.artifacts import (
     package_versions,
     sha256_file,
 )
-from builders.loaded import LoadedPipeline
 from builders.passes import registry
 from vision_serving import image_codec, layout, model_config, preprocessing, preprocessors
 from vision_serving.model_config import ConfigError, ModelConfig
+
+if TYPE_CHECKING:  # an annotation only: builders.loaded -> builders.recipe -> builders.sources -> this module
+    from builders.loaded import LoadedPipeline
 
 MODEL_NAME = "efficientnet-lite0"
 MODEL_VERSION = layout.MODEL_VERSION

