@@ -3,7 +3,9 @@ It imports the library and the builders, never the benchmarks (``tests/unit/test
 
 - :mod:`~devtools.triton_server`: the local tritonserver with every pipeline (``scripts/serve``);
 - :mod:`~devtools.client`: one client program for every pipeline, told its task by the script
-  that runs it (``scripts/classify``, ``scripts/segment``, ``scripts/detect``);
+  that runs it (``scripts/classify``, ``scripts/segment``, ``scripts/detect``, ``scripts/read-text``) or by
+  ``python -m devtools.client --task NAME``; :mod:`~devtools.clients`: each task's own part of it (its
+  options, its report of an answer, its drawings), one module per task, a generic one for the rest;
 - :mod:`~devtools.loadgen`: servers on copies of the model repository, the load generator,
   process and ``/dev/shm`` probes;
 - :mod:`~devtools.rollout` and :mod:`~devtools.canary`: a new core version rolled into a running

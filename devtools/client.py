@@ -1,16 +1,20 @@
 """Send image files to a pipeline's ensemble on a running Triton server and show the task's answers.
 
-    ./scripts/classify | segment | detect PATH [PATH ...] [--protocol grpc|http] [--url HOST:PORT]
+    ./scripts/classify | segment | detect | read-text PATH [PATH ...] [--protocol grpc|http] [--url HOST:PORT]
                        [--model NAME] [--batch-size N] [--recursive] [--json]
                        [--timeout SECONDS] [--deadline SECONDS] [the task's own options]
+    python -m devtools.client --task NAME PATH [PATH ...] [the same options]
 
 PATH is an image file or a folder (its *.jpg, *.jpeg, *.png and *.webp files, sorted;
 --recursive descends into subfolders). Files are sent as encoded bytes, several per request
 (--batch-size). Nothing is hard-coded about the model: the client reads its config from the
 server, finds the postprocess step's ``task`` parameter, and reads the tensors by role
-(:mod:`vision_serving.tasks`); the task says how an answer is printed and which options it
-takes (classification: --top-k; segmentation: --out-dir, --overlay; detection:
---score-threshold, --iou-threshold, --draw). Each script is this client for one task (CLIENT_SCRIPTS).
+(:mod:`vision_serving.tasks`). The task's client (:mod:`devtools.clients`: ``devtools/clients/<task>.py``,
+or the generic one that prints every output) says how an answer is printed and which options it
+takes (classification: --top-k; segmentation: --out-dir, --overlay; detection: --score-threshold,
+--iou-threshold, --draw; text_reading: --draw). Each script names its task (``script_main``); the
+program's name is its client's ``script``, and --model defaults to the first pipeline of model_repository/
+(by name) whose postprocess config names the task (:func:`default_model`).
 
 Server calls that fail with UNAVAILABLE (gRPC UNAVAILABLE, HTTP 503: a full model
 queue, a server shutting down, or over gRPC a refused connection) or whose
@@ -41,7 +45,9 @@ import tritonclient.http as httpclient
 from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
-from vision_serving import model_config
+from devtools import clients
+from devtools.clients.base import TaskClient, positive_int
+from vision_serving import layout, model_config
 from vision_serving.protos.model_config_pb2 import ModelConfig
 from vision_serving.tasks import registry
 from vision_serving.tasks.base import Role, Task, resolve_roles
@@ -54,32 +60,42 @@ INVALID_ARG_STATUSES = {"StatusCode.INVALID_ARGUMENT", "400"}
 DEFAULT_BATCH_SIZE = 8
 
 
-@dataclass(frozen=True)
-class ClientScript:
-    """``./scripts/<name>``: this client for the pipelines of one task."""
-
-    name: str
-    default_model: str  # the pipeline it calls without --model
-    sample: str = ""  # what `./scripts/serve` suggests sending it: a file of .build/samples ("": the whole folder)
-
-    @property
-    def module(self) -> str:
-        """The Python module behind the script (``python -m scripts.<module>``)."""
-        return self.name.replace("-", "_")
-
-    def command(self, model: str, samples: Path, url: str | None = None) -> str:
-        """The command line that sends ``samples`` (or its ``sample``) to ``model`` at ``url`` (None: the default)."""
-        options = [*(["--url", url] if url else []), *(["--model", model] if model != self.default_model else [])]
-        return " ".join([f"./scripts/{self.name}", *options, str(samples / self.sample if self.sample else samples)])
+# The program name of `python -m devtools.client --task NAME` (a script's is its client's `script`).
+GENERIC_PROG = "python -m devtools.client"
 
 
-# The client script of each task (every task of vision_serving.tasks.registry has one).
-CLIENT_SCRIPTS: dict[str, ClientScript] = {
-    "classification": ClientScript("classify", "image_classifier"),
-    "segmentation": ClientScript("segment", "person_segmenter", "astronaut.png"),
-    "detection": ClientScript("detect", "face_detector"),
-    "text_reading": ClientScript("read-text", "text_reader", "page.png"),
-}
+def task_pipelines(task_name: str, repository: Path = layout.MODEL_REPOSITORY) -> list[str]:
+    """The pipelines of ``repository`` whose postprocess config's ``task`` parameter is ``task_name``, by name
+    (a pipeline whose config cannot be read is left out: the consistency check reports it)."""
+    try:
+        pipelines = layout.pipelines(repository)
+    except layout.LayoutError:
+        return []
+    found = []
+    for pipeline in pipelines:
+        try:
+            config = model_config.load_config(pipeline.model_dir("postprocess"))
+        except (model_config.ConfigError, OSError):
+            continue
+        if model_config.parameter(config, "task", "") == task_name:
+            found.append(pipeline.name)
+    return found
+
+
+def default_model(task_name: str, repository: Path = layout.MODEL_REPOSITORY) -> str | None:
+    """The pipeline a client of ``task_name`` calls without --model: the first of :func:`task_pipelines` (None: there
+    is none, --model is required)."""
+    return next(iter(task_pipelines(task_name, repository)), None)
+
+
+def client_command(task_name: str, model: str, samples: Path, url: str | None = None) -> str:
+    """The command line that sends ``samples`` (or its client's ``sample`` file of it) to ``model`` at ``url`` (None:
+    the default): ``./scripts/<script>`` of the task's client, else ``.venv/bin/python -m devtools.client --task``;
+    --model unless ``model`` is the task's :func:`default_model`."""
+    client = clients.client_for(task_name)
+    head = [f"./scripts/{client.script}"] if client.script else [".venv/bin/python", "-m", "devtools.client", "--task", task_name]
+    options = [*(["--url", url] if url else []), *(["--model", model] if model != default_model(task_name) else [])]
+    return " ".join([*head, *options, str(samples / client.sample if client.sample else samples)])
 
 
 class ClientError(RuntimeError):
@@ -344,10 +360,15 @@ def read_file(path: str) -> bytes | str:
 
 
 def answer_files(
-    connection: TritonConnection, interface: PipelineInterface, files: list[str], batch_size: int, args: argparse.Namespace
+    connection: TritonConnection,
+    interface: PipelineInterface,
+    files: list[str],
+    batch_size: int,
+    args: argparse.Namespace,
+    client: TaskClient | None = None,
 ) -> list[FileResult]:
-    """Every file's answer (or error), batch by batch; a batch the server refuses as INVALID_ARG is
-    retried one file at a time, so one bad file fails only itself."""
+    """Every file's answer (or error), batch by batch, reported by ``client`` (default: the task's); a batch the
+    server refuses as INVALID_ARG is retried one file at a time, so one bad file fails only itself."""
     results = [FileResult(file=name) for name in files]
     pending: list[FileResult] = []
     for result in results:
@@ -357,12 +378,12 @@ def answer_files(
         else:
             result.data = data
             pending.append(result)
-    task = interface.task
+    shown_by = client or clients.client_for(interface.task.name)
 
     def answer(batch: list[FileResult]) -> None:
-        for result, outputs in zip(batch, connection.infer(interface, [r.data for r in batch], task.client_inputs(args, len(batch)))):
+        for result, outputs in zip(batch, connection.infer(interface, [r.data for r in batch], shown_by.request_inputs(args, len(batch)))):
             try:
-                report = task.client_report(result.file, outputs, result.data, args)
+                report = shown_by.report(result.file, outputs, result.data, args)
             except (ValueError, OSError) as error:
                 result.error = one_line(str(error))
                 continue
@@ -385,12 +406,16 @@ def answer_files(
     return results
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser, default_model: str, json_help: str) -> None:
-    """What every client takes: the files, the server, the model, output as JSON, timeouts and retries."""
+def add_connection_arguments(parser: argparse.ArgumentParser, default_model: str | None, json_help: str) -> None:
+    """What every client takes: the files, the server, the model (required when there is no ``default_model``),
+    output as JSON, timeouts and retries."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help="image file or folder of images")
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="default: grpc")
     parser.add_argument("--url", help="server HOST:PORT (default: localhost:8001 for grpc, localhost:8000 for http)")
-    parser.add_argument("--model", default=default_model, help=f"model name (default: {default_model})")
+    if default_model is None:
+        parser.add_argument("--model", required=True, help="model name (no pipeline of model_repository/ has this task)")
+    else:
+        parser.add_argument("--model", default=default_model, help=f"model name (default: {default_model})")
     parser.add_argument("--recursive", action="store_true", help="also look for images in subfolders")
     parser.add_argument("--json", action="store_true", help=json_help)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per server call (default 60)")
@@ -419,34 +444,35 @@ def connect(args: argparse.Namespace) -> TritonConnection:
     return TritonConnection(args.protocol, args.url or DEFAULT_URLS[args.protocol], args.timeout, RetryPolicy(args.deadline))
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def parse_args(prog: str, task: Task, default_model: str, argv: list[str] | None) -> argparse.Namespace:
+def parse_args(
+    prog: str, task: Task, default_model: str | None, argv: list[str] | None, client: TaskClient | None = None, task_option: bool = False
+) -> argparse.Namespace:
+    """The options of ``task``'s client (default: its module's, :func:`devtools.clients.client_for`); ``task_option``:
+    the parser of ``python -m devtools.client``, which takes ``--task`` too."""
+    client = client or clients.client_for(task.name)
     parser = argparse.ArgumentParser(
         prog=prog,
         description=f"Send images to a {task.name} pipeline on a running Triton server and print its answers.",
         epilog="Exit codes: 0 all answered, 1 some file failed, 2 server/model problem.",
     )
+    if task_option:
+        parser.add_argument("--task", required=True, choices=sorted(registry.TASKS), help="the pipeline's task")
     add_connection_arguments(parser, default_model, "print one JSON document instead of tables")
     parser.add_argument(
         "--batch-size",
         type=positive_int,
         help=f"images per request (default {task.client_batch_size or DEFAULT_BATCH_SIZE}, at most the model's max_batch_size)",
     )
-    task.add_client_arguments(parser)
+    client.add_arguments(parser)
     return parser.parse_args(argv)
 
 
-def main(task_name: str, default_model: str, prog: str, argv: list[str] | None = None) -> int:
-    """A client for one task's pipelines (the scripts: classify, segment, detect)."""
+def run(task_name: str, prog: str, argv: list[str] | None = None, task_option: bool = False) -> int:
+    """A client for one task's pipelines: its options parsed, its files answered and printed; the exit code."""
     task = registry.task(task_name)
-    args = parse_args(prog, task, default_model, argv)
-    files = input_files(prog, args, task.client_output_suffixes())  # not our own outputs of an earlier run
+    client = clients.client_for(task_name)
+    args = parse_args(prog, task, default_model(task_name), argv, client, task_option)
+    files = input_files(prog, args, client.output_suffixes())  # not our own outputs of an earlier run
     if not files:
         return 2
     args.single_image = len(files) == 1
@@ -454,7 +480,7 @@ def main(task_name: str, default_model: str, prog: str, argv: list[str] | None =
     try:
         connection.check_ready(args.model)
         interface = connection.pipeline_interface(args.model, task)
-        for role in task.client_inputs(args, 1):
+        for role in client.request_inputs(args, 1):
             if interface.request_inputs.get(role) is None:
                 raise ClientError(f"model '{args.model}' has no {role} input; its option cannot be used with it")
         batch_size = args.batch_size or min(task.client_batch_size or DEFAULT_BATCH_SIZE, max(interface.max_batch_size, 1))
@@ -466,7 +492,7 @@ def main(task_name: str, default_model: str, prog: str, argv: list[str] | None =
                 file=sys.stderr,
             )
             batch_size = interface.max_batch_size
-        results = answer_files(connection, interface, files, batch_size, args)
+        results = answer_files(connection, interface, files, batch_size, args, client)
     except ClientError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
@@ -476,9 +502,23 @@ def main(task_name: str, default_model: str, prog: str, argv: list[str] | None =
 
 
 def script_main(task_name: str, argv: list[str] | None = None) -> int:
-    """``./scripts/<name>`` for the task ``task_name`` (its entry in CLIENT_SCRIPTS)."""
-    script = CLIENT_SCRIPTS[task_name]
-    return main(task_name, script.default_model, script.name, argv)
+    """``./scripts/<script>``: the client of the task ``task_name``, named as its client's ``script`` (a task without
+    a client of its own: as the script that runs, ``scripts/<name>.py``)."""
+    return run(task_name, clients.client_for(task_name).script or Path(sys.argv[0]).stem.replace("_", "-"), argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m devtools.client --task NAME ...``: the client of any task (its own, or the generic one)."""
+    chooser = argparse.ArgumentParser(prog=GENERIC_PROG, add_help=False)
+    chooser.add_argument("--task", choices=sorted(registry.TASKS))
+    chosen, _ = chooser.parse_known_args(argv)
+    if chosen.task is None:  # --help, or --task is missing: say what it takes
+        parser = argparse.ArgumentParser(prog=GENERIC_PROG, description="Send images to a pipeline of any task and print its answers.")
+        parser.add_argument("--task", required=True, choices=sorted(registry.TASKS), help="the pipeline's task")
+        parser.add_argument("rest", nargs="*", metavar="...", help="the files and options of its client (--task NAME --help)")
+        parser.parse_args(argv)  # exits: the help, or the missing --task
+        return 2
+    return run(chosen.task, GENERIC_PROG, argv, task_option=True)
 
 
 def print_results(prog: str, results: Sequence[Any], table: Callable[[Any], str], as_json: bool) -> int:
@@ -494,3 +534,7 @@ def print_results(prog: str, results: Sequence[Any], table: Callable[[Any], str]
     if tables:
         print("\n\n".join(tables))
     return 1 if any(result.error is not None for result in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

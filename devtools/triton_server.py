@@ -304,10 +304,10 @@ def build_artifacts(config_name: str | None = None, repository: Path = MODEL_REP
 
 
 def client_commands(pipelines: list[layout.Pipeline], grpc_url: str) -> list[str]:
-    """Per pipeline, the client command that sends it the samples: the script of its task (its postprocess
-    config's ``task`` parameter; devtools.client.CLIENT_SCRIPTS), with --url unless ``grpc_url`` is the
-    clients' default and --model unless the pipeline is the script's default."""
-    from devtools.client import CLIENT_SCRIPTS, DEFAULT_URLS
+    """Per pipeline, the client command that sends it the samples: the client of its task (its postprocess
+    config's ``task`` parameter; devtools.client.client_command), with --url unless ``grpc_url`` is the
+    clients' default and --model unless the pipeline is the task's default."""
+    from devtools.client import DEFAULT_URLS, client_command
     from vision_serving import model_config
     from vision_serving.tasks import registry
 
@@ -318,9 +318,7 @@ def client_commands(pipelines: list[layout.Pipeline], grpc_url: str) -> list[str
             task = registry.for_config(model_config.load_config(pipeline.model_dir("postprocess")))
         except model_config.ConfigError:
             continue  # the server reported it: it would not be ready
-        script = CLIENT_SCRIPTS.get(task.name)
-        if script is not None:
-            commands.append(script.command(pipeline.name, SAMPLES_DIR.relative_to(REPOSITORY_ROOT), url))
+        commands.append(client_command(task.name, pipeline.name, SAMPLES_DIR.relative_to(REPOSITORY_ROOT), url))
     return commands
 
 

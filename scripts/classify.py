@@ -1,4 +1,5 @@
-"""Entry point of ./scripts/classify: a classification pipeline's answers from a running server (devtools.client)."""
+"""Entry point of ./scripts/classify: a classification pipeline's answers from a running server (devtools.client with
+devtools.clients.classification)."""
 
 import sys
 

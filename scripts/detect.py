@@ -1,4 +1,5 @@
-"""Entry point of ./scripts/detect: a detection pipeline's boxes and labels from a running server (devtools.client)."""
+"""Entry point of ./scripts/detect: a detection pipeline's boxes and labels from a running server (devtools.client with
+devtools.clients.detection)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""Entry point of ./scripts/read-text: a text reading pipeline's lines from a running server (devtools.client)."""
+"""Entry point of ./scripts/read-text: a text reading pipeline's lines from a running server (devtools.client with
+devtools.clients.text_reading)."""
 
 import sys
 

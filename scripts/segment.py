@@ -1,4 +1,5 @@
-"""Entry point of ./scripts/segment: a segmentation pipeline's masks from a running server (devtools.client)."""
+"""Entry point of ./scripts/segment: a segmentation pipeline's masks from a running server (devtools.client with
+devtools.clients.segmentation)."""
 
 import sys
 

@@ -1,4 +1,5 @@
-"""The client CLI (devtools/client.py as ./scripts/classify, the other tasks' clients share it) and the curl example, on a real tritonserver."""
+"""The client CLI (devtools/client.py with devtools/clients/classification.py as ./scripts/classify, the other tasks' clients share it)
+and the curl example, on a real tritonserver."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools import client
+from devtools import client, clients
 from devtools.loadgen import free_port
 from vision_serving import layout
 from vision_serving.tasks import registry
@@ -33,8 +34,8 @@ def url_for(server, protocol: str) -> str:
 
 
 def classify(argv: list[str]) -> int:
-    """``./scripts/classify ARGV`` in process."""
-    return client.main("classification", "image_classifier", "classify", argv)
+    """``./scripts/classify ARGV`` in process (its program name and default model found from the task)."""
+    return client.script_main("classification", argv)
 
 
 def run_json(capsys, argv: list[str]) -> tuple[int, list[dict], str]:
@@ -162,6 +163,26 @@ def test_the_wrong_client_for_a_pipeline_exits_2(triton_server, photo_dir, capsy
         capsys.readouterr().err.strip()
         == "classify: error: model 'face_detector' is a detection pipeline, not classification: use its own client"
     )
+
+
+def test_the_generic_entry_and_the_generic_client_on_a_real_pipeline(triton_server, photo_dir, capsys, monkeypatch):
+    """``python -m devtools.client --task NAME`` runs the task's own client; a task without one (here: the
+    classification client hidden) gets the generic client, which gives every output of the pipeline."""
+    coffee = str(photo_dir / "coffee.png")
+    argv = ["--task", "classification", "--url", triton_server.grpc_url, "--json", coffee]
+    assert client.main([*argv, "--top-k", "2"]) == 0
+    [record] = json.loads(capsys.readouterr().out)
+    assert record["predictions"][0]["label"] == "espresso" and len(record["predictions"]) == 2
+    monkeypatch.setattr(client.clients, "client_for", lambda name: clients.GENERIC)
+    assert client.main(argv) == 0
+    [record] = json.loads(capsys.readouterr().out)
+    outputs = record["outputs"]
+    assert list(outputs) == ["labels", "scores", "class_ids"] and outputs["labels"][0] == "espresso"
+    assert len(outputs["labels"]) == len(outputs["scores"]) == len(outputs["class_ids"]) == 5  # the config's top_k
+    assert outputs["scores"] == sorted(outputs["scores"], reverse=True) and isinstance(outputs["class_ids"][0], int)
+    assert client.main([*argv[:-2], coffee]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == coffee and table[1].split()[:2] == ["labels", "[5]"] and "'espresso'" in table[1]
 
 
 def test_shell_wrapper_resolves_paths_from_the_callers_directory(triton_server, photo_dir):

@@ -10,7 +10,6 @@ range of images (one response each) and the batch's drift features.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -266,7 +265,10 @@ class Preprocessor:
 
 
 class Task(ABC):
-    """Everything one task means. Its module defines one instance, listed in :mod:`.registry`."""
+    """Everything one task means. Its module defines one instance, listed in :mod:`.registry`.
+
+    How a command-line client asks for and shows its answers is not here: that is ``devtools/clients/<name>.py``
+    (or the generic client), which reads the task's roles and ``client_batch_size``."""
 
     name: str
     # The postprocess model's drift features (vision_serving.drift), all of them.
@@ -275,7 +277,8 @@ class Task(ABC):
     gate_defaults: ClassVar[Mapping[str, float]]
     # What `builders evaluate --dataset DIR` expects in DIR (one line, for --help and errors).
     dataset_layout: str
-    # Images per request the task's client sends by default (None: the client's own default).
+    # Images per request a client sends by default (None: the client's own default); the command-line clients
+    # (devtools/clients) read it, with the output and request roles.
     client_batch_size: int | None = None
     # The preprocessors of its own a pipeline of this task may name (vision_serving.preprocessors).
     preprocessors: ClassVar[tuple[Preprocessor, ...]] = ()
@@ -327,27 +330,3 @@ class Task(ABC):
     @abstractmethod
     def response_result(self, postprocessor: Postprocessor, outputs: Mapping[str, np.ndarray]) -> TaskResult:
         """A served batch's outputs (by role) as a result the gate compares (``builders evaluate --server-url``)."""
-
-    # ---- clients: how an answer is shown
-
-    def add_client_arguments(self, parser: argparse.ArgumentParser) -> None:  # noqa: B027 (optional: none by default)
-        """Options of this task's client (``./scripts/<task client>``); none by default."""
-
-    def client_output_suffixes(self) -> tuple[str, ...]:
-        """Endings of the files this task's client writes (never sent back as inputs on a rerun)."""
-        return ()
-
-    def client_inputs(self, args: argparse.Namespace, count: int) -> dict[str, np.ndarray]:
-        """Optional request inputs by role from the client's options, for ``count`` images."""
-        return {}
-
-    @abstractmethod
-    def client_report(self, name: str, outputs: Mapping[str, np.ndarray], image: bytes, args: argparse.Namespace) -> ClientReport:
-        """One image's answer (its outputs by role, without the batch dim) as text lines and JSON,
-        writing any files the options ask for."""
-
-
-@dataclass(frozen=True)
-class ClientReport:
-    lines: list[str]
-    record: dict[str, Any]

@@ -13,7 +13,6 @@ and top-5 accuracy.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 
 from .. import drift, model_config
 from ..model_config import ModelConfig
-from .base import ClientReport, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report, rows
+from .base import LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report, rows
 
 TOP_K = 5  # the gate's and the dataset metric's k (top-5)
 INPUTS = (
@@ -258,43 +257,10 @@ class ClassificationTask(Task):
             "top5_accuracy": float(np.mean([target in row for target, row in zip(targets, top)])),
         }
 
-    # ---- the client
-
-    def add_client_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--top-k", type=_positive_int, help="number of predictions per image (default: the model's)")
-
-    def client_inputs(self, args: argparse.Namespace, count: int) -> dict[str, np.ndarray]:
-        top_k = getattr(args, "top_k", None)
-        return {} if top_k is None else {"top_k": np.full((count, 1), top_k, dtype=np.int32)}
-
-    def client_report(self, name: str, outputs: Mapping[str, np.ndarray], image: bytes, args: argparse.Namespace) -> ClientReport:
-        labels = [_text(label) for label in np.asarray(outputs["labels"]).reshape(-1)]
-        scores = [float(score) for score in np.asarray(outputs["scores"]).reshape(-1)]
-        ids = [int(class_id) for class_id in np.asarray(outputs["class_ids"]).reshape(-1)]
-        width = max([len("label"), *(len(label) for label in labels)])
-        lines = [name, f"  {'rank':>4}  {'label':<{width}}  {'score':>7}  {'class id':>8}"]
-        lines += [
-            f"  {rank:>4}  {label:<{width}}  {score * 100:>6.2f}%  {class_id:>8}"
-            for rank, (label, score, class_id) in enumerate(zip(labels, scores, ids), start=1)
-        ]
-        predictions = [{"label": label, "score": score, "class_id": class_id} for label, score, class_id in zip(labels, scores, ids)]
-        return ClientReport(lines, {"file": name, "predictions": predictions})
-
 
 def _top_k(result: TaskResult) -> TopKResult:
     assert isinstance(result, TopKResult)
     return result
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 TASK = ClassificationTask()

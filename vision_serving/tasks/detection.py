@@ -32,29 +32,23 @@ precision, recall and AP at IoU 0.5.
 
 from __future__ import annotations
 
-import argparse
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import cv2
 import numpy as np
 import numpy.typing as npt
 
 from .. import cpu_sizing, drift
 from ..model_config import ConfigError, ModelConfig
-from .base import ClientReport, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report, per_image_option, rows
+from .base import LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report, per_image_option, rows
 from .classification import load_labels
 from .detection_heads.base import Head, NmsSettings, boolean
 from .detection_heads.registry import HEADS, head_class
 
 MATCH_IOU = 0.5  # detections are the same object when their boxes overlap this much (gate, dataset metric)
-DRAWN_SUFFIX = ".detections.jpg"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
-BOX_COLOR = (0, 220, 0)  # BGR
-KEYPOINT_COLORS = ((255, 64, 64), (64, 64, 255), (0, 200, 255), (255, 0, 200), (255, 255, 0), (0, 255, 255))
 # The task's own config parameters: parser, default (None: required). The rest but drift_* are the head's.
 PARAMETERS: dict[str, tuple[Any, Any]] = {
     "task": (str, None),
@@ -500,63 +494,6 @@ class DetectionTask(Task):
             "map50": float(np.mean(aps)) if aps else 0.0,
         }
 
-    # ---- the client
-
-    def add_client_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--score-threshold", type=_unit, metavar="X", help="minimum score in [0, 1] (default: the model's)")
-        parser.add_argument("--iou-threshold", type=_unit, metavar="X", help="NMS IoU threshold in [0, 1] (default: the model's)")
-        parser.add_argument(
-            "--draw",
-            type=Path,
-            metavar="OUT",
-            help=f"write images with the detections drawn: OUT.jpg/.png for one image, else <name>{DRAWN_SUFFIX} in folder OUT",
-        )
-
-    def client_output_suffixes(self) -> tuple[str, ...]:
-        return (DRAWN_SUFFIX,)
-
-    def client_inputs(self, args: argparse.Namespace, count: int) -> dict[str, np.ndarray]:
-        inputs = {}
-        for role in ("score_threshold", "iou_threshold"):
-            value = getattr(args, role, None)
-            if value is not None:
-                inputs[role] = np.full((count, 1), value, dtype=np.float32)
-        return inputs
-
-    def client_report(self, name: str, outputs: Mapping[str, np.ndarray], image: bytes, args: argparse.Namespace) -> ClientReport:
-        count = int(np.asarray(outputs["count"]).reshape(-1)[0])
-        boxes = np.asarray(outputs["boxes"]).reshape(-1, 4)[:count]
-        scores = np.asarray(outputs["scores"]).reshape(-1)[:count]
-        labels = [_text(label) for label in np.asarray(outputs["labels"]).reshape(-1)[:count]]
-        class_ids = np.asarray(outputs["class_ids"]).reshape(-1)[:count]
-        keypoints = outputs.get("keypoints")
-        points = None if keypoints is None else np.asarray(keypoints).reshape(-1, *np.asarray(keypoints).shape[-2:])[:count]
-        drawn = _draw(name, image, boxes, scores, labels, points, getattr(args, "draw", None), getattr(args, "single_image", True))
-        tally: dict[str, int] = {}
-        for label in labels:
-            tally[label] = tally.get(label, 0) + 1
-        summary = f"{count} detection{'' if count == 1 else 's'}" + (
-            " (" + ", ".join(f"{label}: {n}" for label, n in tally.items()) + ")" if tally else ""  # no plurals of label names
-        )
-        lines = [f"{name}: {summary}" + (f" -> {drawn}" if drawn else "")]
-        if count:
-            width = max([len("label"), *(len(label) for label in labels)])
-            lines.append(f"  {'#':>3}  {'label':<{width}}  {'score':>6}  {'x_min':>7}  {'y_min':>7}  {'x_max':>7}  {'y_max':>7}")
-            for index, (label, score, (x0, y0, x1, y1)) in enumerate(zip(labels, scores, boxes), start=1):
-                lines.append(f"  {index:>3}  {label:<{width}}  {score:>6.3f}  {x0:>7.1f}  {y0:>7.1f}  {x1:>7.1f}  {y1:>7.1f}")
-        detections = []
-        for index in range(count):
-            item: dict[str, Any] = {
-                "label": labels[index],
-                "class_id": int(class_ids[index]),
-                "score": round(float(scores[index]), 4),
-                "box": [round(float(v), 2) for v in boxes[index]],
-            }
-            if points is not None:
-                item["keypoints"] = [[round(float(x), 2), round(float(y), 2)] for x, y in points[index]]
-            detections.append(item)
-        return ClientReport(lines, {"file": name, "detections": detections, **({"drawn": drawn} if drawn else {})})
-
 
 def _label_file(directory: Path, image: Path) -> Path | None:
     beside = image.with_suffix(".txt")
@@ -569,50 +506,6 @@ def _label_file(directory: Path, image: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
-
-
-def _draw(
-    name: str,
-    image: bytes,
-    boxes: np.ndarray,
-    scores: np.ndarray,
-    labels: list[str],
-    keypoints: np.ndarray | None,
-    out: Path | None,
-    single: bool,
-) -> str | None:
-    """A copy of the image with each detection's box, label, score and keypoints drawn, written under ``out``."""
-    if out is None:
-        return None
-    picture = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_COLOR)
-    if picture is None:
-        raise ValueError("the server decoded this file but OpenCV cannot, nothing drawn")
-    thickness = max(1, round(max(picture.shape[:2]) / 400))
-    for index, (box, score, label) in enumerate(zip(boxes, scores, labels)):
-        x0, y0, x1, y1 = (round(float(v)) for v in box)
-        cv2.rectangle(picture, (x0, y0), (x1, y1), BOX_COLOR, thickness, cv2.LINE_AA)
-        caption = f"{label} {score:.2f}"
-        cv2.putText(picture, caption, (x0, max(0, y0 - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness, BOX_COLOR, thickness, cv2.LINE_AA)
-        if keypoints is not None:
-            for point, (x, y) in enumerate(keypoints[index]):
-                color = KEYPOINT_COLORS[point % len(KEYPOINT_COLORS)]
-                cv2.circle(picture, (round(float(x)), round(float(y))), 2 * thickness, color, -1, cv2.LINE_AA)
-    path = out if single and out.suffix.lower() in IMAGE_SUFFIXES else out / f"{Path(name).stem}{DRAWN_SUFFIX}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(path), picture):
-        raise ValueError(f"cannot write {path}")
-    return str(path)
-
-
-def _unit(text: str) -> float:
-    value = float(text)
-    if not (0.0 <= value <= 1.0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
-    return value
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 TASK = DetectionTask()

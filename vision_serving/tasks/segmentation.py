@@ -26,7 +26,6 @@ thresholded full-size masks. Labelled dataset: ``DIR/<name>.jpg|png`` with ``DIR
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,12 +36,10 @@ import numpy as np
 
 from .. import drift, model_config
 from ..model_config import ModelConfig
-from .base import ClientReport, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report
+from .base import LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report
 
 MASK_MODES = ("threshold", "probability")
-MASK_SUFFIX = ".mask.png"
-OVERLAY_SUFFIX = ".overlay.jpg"
-OVERLAY_COLOR = np.array([255, 64, 160], dtype=np.float32)  # BGR tint for foreground pixels
+MASK_SUFFIX = ".mask.png"  # a labelled dataset's masks, and the ones the segmentation client writes
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 INPUTS = (
     Role("probabilities", "FP32", None, name="PROBABILITIES", from_core=True),
@@ -275,38 +272,6 @@ class SegmentationTask(Task):
                 raise ValueError(f"{sample.path}: mask is {sample.target.shape[::-1]}, the image {mask.shape[::-1]} (width x height)")
         truth = [sample.target for sample in samples]
         return {"mean_iou": mean_iou(predicted, truth), "foreground_iou": float(np.mean([iou(m, t) for m, t in zip(predicted, truth)]))}
-
-    # ---- the client
-
-    def add_client_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--out-dir", type=Path, help="write masks here instead of next to each image")
-        parser.add_argument("--overlay", action="store_true", help=f"also write <name>{OVERLAY_SUFFIX}")
-
-    def client_output_suffixes(self) -> tuple[str, ...]:
-        return (MASK_SUFFIX, OVERLAY_SUFFIX)
-
-    def client_report(self, name: str, outputs: Mapping[str, np.ndarray], image: bytes, args: argparse.Namespace) -> ClientReport:
-        png = bytes(np.asarray(outputs["mask"]).reshape(-1)[0])
-        coverage = float(np.asarray(outputs["coverage"]).reshape(-1)[0])
-        source = Path(name)
-        folder = getattr(args, "out_dir", None) or source.parent
-        folder.mkdir(parents=True, exist_ok=True)
-        mask_path = folder / f"{source.stem}{MASK_SUFFIX}"
-        mask_path.write_bytes(png)
-        written = [str(mask_path)]
-        overlay_file = None
-        if getattr(args, "overlay", False):
-            picture = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_COLOR)
-            mask = decode_png(png)
-            if picture is not None and picture.shape[:2] == mask.shape[:2]:
-                overlay_path = folder / f"{source.stem}{OVERLAY_SUFFIX}"
-                alpha = (mask.astype(np.float32) / 255.0 * 0.55)[..., None]
-                cv2.imwrite(str(overlay_path), np.clip(picture * (1 - alpha) + OVERLAY_COLOR * alpha, 0, 255).astype(np.uint8))
-                overlay_file = str(overlay_path)
-                written.append(overlay_file)
-        line = f"{name}  coverage {coverage * 100:5.1f}%  -> {', '.join(written)}"
-        record = {"file": name, "coverage": coverage, "mask_file": str(mask_path), "overlay_file": overlay_file}
-        return ClientReport([line], record)
 
 
 TASK = SegmentationTask()

@@ -3,14 +3,16 @@ client command it suggests per served pipeline (the script of the pipeline's tas
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from devtools import client, triton_server
+from devtools import client, clients, triton_server
 from vision_serving import layout, model_config
 from vision_serving.tasks import registry
 
@@ -85,13 +87,34 @@ def test_each_served_pipeline_gets_the_client_of_its_task(tmp_path: Path):
 
 
 def test_every_task_has_its_client_script():
-    assert set(client.CLIENT_SCRIPTS) == set(registry.TASKS)
-    for task, script in client.CLIENT_SCRIPTS.items():
-        assert (SCRIPTS / script.name).is_file()
-        assert f'script_main("{task}")' in (SCRIPTS / f"{script.module}.py").read_text()
-        assert f"-m scripts.{script.module} " in (SCRIPTS / script.name).read_text()
-        default = layout.pipeline(script.default_model)
+    """Each shipped task's client (devtools/clients/<task>.py) names its script, the script names the task back, and the
+    script's default model is a pipeline of that task."""
+    scripts = {task: clients.client_for(task).script for task in registry.TASKS}
+    assert all(scripts.values()), scripts
+    for task, script in scripts.items():
+        assert script is not None
+        module = script.replace("-", "_")
+        assert (SCRIPTS / script).is_file()
+        assert f'script_main("{task}")' in (SCRIPTS / f"{module}.py").read_text()
+        assert f"-m scripts.{module} " in (SCRIPTS / script).read_text()
+        default = layout.pipeline(client.default_model(task) or "")
         assert registry.for_config(model_config.load_config(default.model_dir("postprocess"))).name == task
+    named = {path.stem: re.findall(r'script_main\("(\w+)"\)', path.read_text()) for path in SCRIPTS.glob("*.py")}
+    assert {module: tasks for module, tasks in named.items() if tasks} == {
+        (script or "").replace("-", "_"): [task] for task, script in scripts.items()
+    }
+
+
+def test_a_pipeline_of_a_task_without_a_client_of_its_own_gets_the_generic_one(tmp_path, monkeypatch):
+    monkeypatch.setitem(registry.TASKS, "scratch", SimpleNamespace(name="scratch"))
+    mine = layout.Pipeline("mine", tmp_path / "mine")
+    mine.model_dir("postprocess").mkdir(parents=True)
+    (mine.model_dir("postprocess") / "config.pbtxt").write_text(
+        'name: "mine_postprocess" backend: "python" parameters [ { key: "task", value: { string_value: "scratch" } } ]'
+    )
+    assert triton_server.client_commands([mine], "localhost:9001") == [
+        ".venv/bin/python -m devtools.client --task scratch --url localhost:9001 --model mine .build/samples"
+    ]
 
 
 def test_the_server_preloads_jemalloc_where_there_is_one(tmp_path):

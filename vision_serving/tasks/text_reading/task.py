@@ -23,7 +23,6 @@ are the same models' CPU cores. Either way the crops go in the same chunks (:mod
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -31,13 +30,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import cv2
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
 from ... import drift, model_config
 from ...model_config import ConfigError, ModelConfig
-from ..base import ClientReport, EngineProfile, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report
+from ..base import EngineProfile, LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report
 from . import preprocessor as text_preprocessor
 from . import reader, recognition, steps
 from .agreement import Agreement
@@ -45,8 +43,6 @@ from .reader import Line
 from .settings import DEFAULT
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
-DRAWN_SUFFIX = ".lines.jpg"
-BOX_COLOR = (0, 200, 255)  # BGR
 # The second stages a postprocess config may name: role -> required.
 STAGE_ROLES = {"classifier": False, "recognizer": True}
 
@@ -202,7 +198,8 @@ class TextReadingPostprocessor(Postprocessor):
         return asyncio.run(self.read(batch))
 
 
-def _lines_from_outputs(outputs: Mapping[str, np.ndarray]) -> list[list[Line]]:
+def lines_from_outputs(outputs: Mapping[str, np.ndarray]) -> list[list[Line]]:
+    """A response's outputs by role (``count`` and the rest, with the batch dim) -> each photo's lines."""
     counts = np.asarray(outputs["count"]).reshape(-1)
     texts = np.asarray(outputs["texts"], dtype=object).reshape(len(counts), -1)
     scores = np.asarray(outputs["scores"], np.float32).reshape(len(counts), -1)
@@ -217,26 +214,6 @@ def _lines_from_outputs(outputs: Mapping[str, np.ndarray]) -> list[list[Line]]:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _draw(name: str, image: bytes, lines: Sequence[Line], out: Path | None, single: bool) -> str | None:
-    """A copy of the image with each line's box and number drawn, written under ``out``."""
-    if out is None:
-        return None
-    picture = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_COLOR)
-    if picture is None:
-        raise ValueError("the server decoded this file but OpenCV cannot, nothing drawn")
-    thickness = max(1, round(max(picture.shape[:2]) / 400))
-    for number, line in enumerate(lines, start=1):
-        corners = np.round(line.box).astype(np.int32).reshape(-1, 1, 2)
-        cv2.polylines(picture, [corners], True, BOX_COLOR, thickness, cv2.LINE_AA)
-        x, y = (int(v) for v in corners[0, 0])
-        cv2.putText(picture, str(number), (x, max(0, y - 4)), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness, BOX_COLOR, thickness, cv2.LINE_AA)
-    path = out if single and out.suffix.lower() in IMAGE_SUFFIXES else out / f"{Path(name).stem}{DRAWN_SUFFIX}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(path), picture):
-        raise ValueError(f"cannot write {path}")
-    return str(path)
 
 
 class TextReadingTask(Task):
@@ -333,7 +310,7 @@ class TextReadingTask(Task):
 
     def response_result(self, postprocessor: Postprocessor, outputs: Mapping[str, np.ndarray]) -> TextReadingResult:
         assert isinstance(postprocessor, TextReadingPostprocessor)
-        return TextReadingResult(postprocessor, _lines_from_outputs(outputs))
+        return TextReadingResult(postprocessor, lines_from_outputs(outputs))
 
     def dataset(self, directory: Path, postprocessor: Postprocessor) -> list[LabelledSample]:
         samples = []
@@ -364,36 +341,6 @@ class TextReadingTask(Task):
             "exact_lines": exact / total if total else 1.0,
             "character_error_rate": edits / characters if characters else 0.0,
         }
-
-    # ---- the client
-
-    def add_client_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--draw",
-            type=Path,
-            metavar="OUT",
-            help=f"write images with the lines' boxes drawn and numbered: OUT.jpg/.png for one image, else <name>{DRAWN_SUFFIX} in folder OUT",
-        )
-
-    def client_output_suffixes(self) -> tuple[str, ...]:
-        return (DRAWN_SUFFIX,)
-
-    def client_report(self, name: str, outputs: Mapping[str, np.ndarray], image: bytes, args: argparse.Namespace) -> ClientReport:
-        batch = {role: np.asarray(value)[np.newaxis] for role, value in outputs.items()}
-        lines = _lines_from_outputs(batch)[0]
-        drawn = _draw(name, image, lines, getattr(args, "draw", None), getattr(args, "single_image", True))
-        report = [f"{name}: {len(lines)} line{'' if len(lines) == 1 else 's'}" + (f" -> {drawn}" if drawn else "")]
-        for number, line in enumerate(lines, start=1):
-            report.append(f"  {number:>3}  {line.score:.3f}  {line.text}")
-        record = {
-            "file": name,
-            "lines": [
-                {"text": line.text, "score": round(line.score, 4), "box": [[round(float(x), 2), round(float(y), 2)] for x, y in line.box]}
-                for line in lines
-            ],
-            **({"drawn": drawn} if drawn else {}),
-        }
-        return ClientReport(report, record)
 
 
 TASK = TextReadingTask()

@@ -1,8 +1,7 @@
-"""The classification task: softmax, top-k, labels, per-request k, gate, dataset metric, client (no server)."""
+"""The classification task: softmax, top-k, labels, per-request k, gate, dataset metric (no server; its client: tests/unit/devtools/test_clients.py)."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -117,15 +116,6 @@ def test_dataset_folders_and_accuracy(post, tmp_path):
     (data / "not a label").mkdir()
     with pytest.raises(ValueError, match="neither a label of the model nor a class id"):
         classification.TASK.dataset(data, post)
-
-
-def test_client_table_and_json(post):
-    outputs = post.run({"logits": np.arange(10, dtype=np.float32)[None]}).outputs()
-    by_role = {role: outputs[name][0] for role, name in post.outputs.items() if name}
-    report = classification.TASK.client_report("cat.jpg", by_role, b"", argparse.Namespace())
-    assert report.lines[0] == "cat.jpg" and report.lines[1].split() == ["rank", "label", "score", "class", "id"]
-    assert report.lines[2].split()[:3] == ["1", "class", "9"]
-    assert report.record["predictions"][0]["class_id"] == 9
 
 
 def test_drift_features():

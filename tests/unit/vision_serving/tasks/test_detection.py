@@ -7,7 +7,6 @@ MediaPipe's runtime tests/integration/test_face_detector.py's.
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -262,7 +261,7 @@ def test_a_head_refuses_an_output_of_another_shape(labels_dir):
         post(labels_dir, "yolo_v5", (4, 5))
 
 
-# --------------------------------------------------------------------------- gate, dataset, client
+# --------------------------------------------------------------------------- gate, dataset
 
 
 def _result(boxes_by_image, scores_by_image, classes_by_image) -> detection.DetectionResult:
@@ -310,18 +309,6 @@ def test_dataset_labels_beside_the_images_or_in_labels(labels_dir, tmp_path):
     (data / "labels" / "a.txt").write_text("7 0.5 0.5 0.2 0.2\n")
     with pytest.raises(ValueError, match=r"class ids must be integers in 0\.\.2"):
         detection.TASK.dataset(data, post(labels_dir))
-
-
-def test_the_client_prints_labels_and_counts(tmp_path):
-    outputs = {
-        "boxes": np.array([[1, 2, 3, 4], [5, 6, 7, 8]], np.float32), "scores": np.array([0.9, 0.5], np.float32),
-        "class_ids": np.array([1, 1], np.int32), "labels": np.array([b"square", b"square"], object), "count": np.array([2], np.int32),
-    }  # fmt: skip
-    report = detection.TASK.client_report("x.jpg", outputs, b"", argparse.Namespace(draw=None))
-    assert report.lines[0] == "x.jpg: 2 detections (square: 2)"
-    assert report.record["detections"][0] == {"label": "square", "class_id": 1, "score": 0.9, "box": [1.0, 2.0, 3.0, 4.0]}
-    none = detection.TASK.client_report("y.jpg", {**outputs, "count": np.array([0], np.int32)}, b"", argparse.Namespace(draw=None))
-    assert none.lines == ["y.jpg: 0 detections"] and none.record["detections"] == []
 
 
 def test_average_precision_is_cocos_101_point_interpolation():

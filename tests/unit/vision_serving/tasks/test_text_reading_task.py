@@ -1,10 +1,10 @@
 """The text_reading task: the postprocess config's parameters, the second stages it names, its outputs, drift
-features, gate, dataset metrics and client report. The reading itself is tested against RapidOCR in the onnx and
-integration tiers; here the second stages are small stand-ins whose answers the test states."""
+features, gate and dataset metrics (its client: tests/unit/devtools/test_clients.py). The reading itself is tested
+against RapidOCR in the onnx and integration tiers; here the second stages are small stand-ins whose answers the
+test states."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -178,22 +178,6 @@ def test_a_dataset_is_images_with_their_lines_in_a_text_file_and_scored_by_exact
     assert metrics["exact_lines"] == pytest.approx(1 / 2)
     assert metrics["character_error_rate"] == pytest.approx(1 / len("OPEN\nEXIT"))
     assert task.TASK.dataset_metrics([(result_of(model_dir, [[]]), [LabelledSample(Path("x.png"), [])])])["exact_lines"] == 1.0
-
-
-def test_the_client_prints_each_line_and_draws_the_boxes(tmp_path, model_dir):
-    ok, image = cv2.imencode(".png", np.full((80, 200, 3), 255, np.uint8))
-    assert ok
-    lines = [line("Gate", 10, 10, 0.987), line("Road", 10, 40, 0.5)]
-    outputs = {role: value[0] for role, value in reader.padded([lines]).items()}
-    by_role = {"texts": outputs["TEXTS"], "scores": outputs["SCORES"], "boxes": outputs["BOXES"], "count": outputs["COUNT"]}
-    args = argparse.Namespace(draw=tmp_path / "out", single_image=False)
-    report = task.TASK.client_report("sign.png", by_role, image.tobytes(), args)
-    drawn = tmp_path / "out" / f"sign{task.DRAWN_SUFFIX}"
-    assert report.lines == [f"sign.png: 2 lines -> {drawn}", "    1  0.987  Gate", "    2  0.500  Road"]
-    assert [item["text"] for item in report.record["lines"]] == ["Gate", "Road"] and report.record["drawn"] == str(drawn)
-    assert report.record["lines"][0]["box"][2] == [110.0, 30.0]
-    picture = cv2.imread(str(drawn))
-    assert picture is not None and picture.shape == (80, 200, 3) and (picture != 255).any()
 
 
 def test_ragged_batches_hold_photos_of_different_sizes():

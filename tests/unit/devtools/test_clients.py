@@ -1,0 +1,384 @@
+"""The command-line clients of the tasks (devtools/clients): each task's module found by its name, the generic client
+for a task without one, each client's options, request inputs, table, JSON and the files it writes (no server: a
+fake one where the whole program runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import cv2
+import numpy as np
+import pytest
+
+from devtools import client, clients
+from devtools.clients import classification as classification_client
+from devtools.clients import detection as detection_client
+from devtools.clients import generic
+from devtools.clients import segmentation as segmentation_client
+from devtools.clients import text_reading as text_reading_client
+from vision_serving import layout, model_config
+from vision_serving.tasks import classification, detection, registry, segmentation
+from vision_serving.tasks.base import LabelledSample, Postprocessor, Role, Task, TaskResult
+from vision_serving.tasks.text_reading import reader
+
+SHIPPED_DEFAULTS = {
+    "classification": "image_classifier",
+    "detection": "face_detector",
+    "segmentation": "person_segmenter",
+    "text_reading": "text_reader",
+}
+
+
+def png(picture: np.ndarray) -> bytes:
+    ok, data = cv2.imencode(".png", picture)
+    assert ok
+    return data.tobytes()
+
+
+# --------------------------------------------------------------------------- finding a task's client
+
+
+def test_each_task_gets_the_client_module_named_as_it_is():
+    modules = {
+        "classification": classification_client,
+        "detection": detection_client,
+        "segmentation": segmentation_client,
+        "text_reading": text_reading_client,
+    }
+    assert set(modules) == set(registry.TASKS)  # every shipped task has a client of its own
+    for name, module in modules.items():
+        assert clients.client_for(name) is module.CLIENT
+        assert isinstance(module.CLIENT, clients.TaskClient) and module.CLIENT is not clients.GENERIC
+
+
+def test_a_task_without_a_module_gets_the_generic_client_and_a_module_without_a_client_is_refused():
+    assert clients.client_for("no_such_task") is clients.GENERIC is generic.CLIENT
+    assert clients.client_for("not.a.module") is clients.GENERIC
+    with pytest.raises(TypeError, match=r"devtools\.clients\.drawing is not the client of task 'drawing'"):
+        clients.client_for("drawing")
+
+
+def test_the_default_model_is_the_pipeline_of_the_task_in_the_model_repository():
+    for task, model in SHIPPED_DEFAULTS.items():
+        assert model in client.task_pipelines(task)
+        assert client.default_model(task) == model
+    assert client.default_model("no_such_task") is None
+
+
+def test_several_pipelines_of_a_task_default_to_the_first_by_name(tmp_path):
+    source = layout.pipeline("face_detector").model_dir("postprocess") / "config.pbtxt"
+    for name in ("b_faces", "a_faces", "c_broken"):
+        (tmp_path / name / f"{name}_postprocess").mkdir(parents=True)
+        (tmp_path / name / layout.RECIPE_FILENAME).write_text("")
+        if name != "c_broken":  # no config: left out (the consistency check reports it)
+            shutil.copy(source, tmp_path / name / f"{name}_postprocess")
+    assert client.task_pipelines("detection", tmp_path) == ["a_faces", "b_faces"]
+    assert client.default_model("detection", tmp_path) == "a_faces"
+    assert client.default_model("classification", tmp_path) is None
+    assert client.task_pipelines("detection", tmp_path / "missing") == []
+
+
+def test_the_files_a_client_wrote_are_not_sent_again(tmp_path):
+    for name in ("a.png", f"a{detection_client.DRAWN_SUFFIX}", "b.jpg"):
+        (tmp_path / name).write_bytes(b"x")
+    args = argparse.Namespace(paths=[str(tmp_path)], recursive=False)
+    suffixes = clients.client_for("detection").output_suffixes()
+    assert client.input_files("detect", args, suffixes) == [str(tmp_path / "a.png"), str(tmp_path / "b.jpg")]
+    assert clients.client_for("segmentation").output_suffixes() == (segmentation.MASK_SUFFIX, segmentation_client.OVERLAY_SUFFIX)
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def classification_post(folder: Path) -> classification.ClassificationPostprocessor:
+    config = model_config.parse_config_text(
+        """name: "tiny_postprocess" backend: "python" max_batch_size: 8
+input [ { name: "LOGITS" data_type: TYPE_FP32 dims: [ 10 ] }, { name: "TOP_K" data_type: TYPE_INT32 dims: [ 1 ] optional: true } ]
+output [ { name: "LABELS" data_type: TYPE_STRING dims: [ -1 ] }, { name: "SCORES" data_type: TYPE_FP32 dims: [ -1 ] },
+         { name: "CLASS_IDS" data_type: TYPE_INT32 dims: [ -1 ] } ]
+parameters [ { key: "task", value: { string_value: "classification" } }, { key: "top_k", value: { string_value: "3" } },
+             { key: "labels_file", value: { string_value: "labels.txt" } } ]"""
+    )
+    (folder / "labels.txt").write_text("".join(f"class {i}\n" for i in range(10)))
+    return classification.ClassificationPostprocessor(config, folder)
+
+
+def test_classification_client_table_and_json(tmp_path):
+    post = classification_post(tmp_path)
+    outputs = post.run({"logits": np.arange(10, dtype=np.float32)[None]}).outputs()
+    by_role = {role: outputs[name][0] for role, name in post.outputs.items() if name}
+    report = classification_client.CLIENT.report("cat.jpg", by_role, b"", argparse.Namespace())
+    assert report.lines[0] == "cat.jpg" and report.lines[1].split() == ["rank", "label", "score", "class", "id"]
+    assert report.lines[2].split()[:3] == ["1", "class", "9"]
+    assert report.record["predictions"][0]["class_id"] == 9
+    assert [p["class_id"] for p in report.record["predictions"]] == [9, 8, 7] and report.files == []
+
+
+def test_classification_client_sends_top_k_only_when_asked():
+    parser = argparse.ArgumentParser()
+    classification_client.CLIENT.add_arguments(parser)
+    top_k = classification_client.CLIENT.request_inputs(parser.parse_args(["--top-k", "3"]), 2)
+    assert top_k.keys() == {"top_k"} and top_k["top_k"].dtype == np.int32 and top_k["top_k"].tolist() == [[3], [3]]
+    assert classification_client.CLIENT.request_inputs(parser.parse_args([]), 2) == {}
+    assert {"top_k"} == {role.role for role in classification.TASK.request_roles()}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--top-k", "0"])
+
+
+# --------------------------------------------------------------------------- detection
+
+DETECTIONS = {
+    "boxes": np.array([[1, 2, 3, 4], [5, 6, 7, 8]], np.float32), "scores": np.array([0.9, 0.5], np.float32),
+    "class_ids": np.array([1, 1], np.int32), "labels": np.array([b"square", b"square"], object), "count": np.array([2], np.int32),
+}  # fmt: skip
+
+
+def test_the_detection_client_prints_labels_and_counts():
+    report = detection_client.CLIENT.report("x.jpg", DETECTIONS, b"", argparse.Namespace(draw=None))
+    assert report.lines[0] == "x.jpg: 2 detections (square: 2)"
+    assert report.lines[1].split() == ["#", "label", "score", "x_min", "y_min", "x_max", "y_max"]
+    assert report.lines[2].split() == ["1", "square", "0.900", "1.0", "2.0", "3.0", "4.0"]
+    assert report.record["detections"][0] == {"label": "square", "class_id": 1, "score": 0.9, "box": [1.0, 2.0, 3.0, 4.0]}
+    none = detection_client.CLIENT.report("y.jpg", {**DETECTIONS, "count": np.array([0], np.int32)}, b"", argparse.Namespace(draw=None))
+    assert none.lines == ["y.jpg: 0 detections"] and none.record["detections"] == []
+
+
+def test_the_detection_client_draws_boxes_and_keypoints(tmp_path):
+    image = png(np.full((100, 120, 3), 255, np.uint8))
+    outputs = {
+        **DETECTIONS,
+        "boxes": np.array([[10, 10, 60, 50], [0, 0, 0, 0]], np.float32),
+        "count": np.array([1], np.int32),
+        "keypoints": np.array([[[20, 20], [30, 30]], [[0, 0], [0, 0]]], np.float32),
+    }
+    one = tmp_path / "drawn.jpg"
+    report = detection_client.CLIENT.report("x.jpg", outputs, image, argparse.Namespace(draw=one, single_image=True))
+    assert report.lines[0] == f"x.jpg: 1 detection (square: 1) -> {one}"
+    assert report.record["drawn"] == str(one) and report.files == [str(one)]
+    assert report.record["detections"][0]["keypoints"] == [[20.0, 20.0], [30.0, 30.0]]
+    picture = cv2.imread(str(one))
+    assert picture.shape == (100, 120, 3) and (picture[10, 10:60] != 255).any() and (picture[80:, :] == 255).all()
+    # Several images (or an OUT that is not a picture): OUT is a folder of <name>.detections.jpg.
+    folder = tmp_path / "out"
+    many = detection_client.CLIENT.report("photos/y.png", outputs, image, argparse.Namespace(draw=folder, single_image=False))
+    assert many.record["drawn"] == str(folder / f"y{detection_client.DRAWN_SUFFIX}") and (folder / "y.detections.jpg").is_file()
+    with pytest.raises(ValueError, match="the server decoded this file but OpenCV cannot, nothing drawn"):
+        detection_client.CLIENT.report("z.heic", outputs, b"not a picture", argparse.Namespace(draw=folder, single_image=False))
+
+
+def test_the_detection_options_set_the_tasks_request_inputs():
+    assert set(detection_client.THRESHOLDS) == {role.role for role in detection.TASK.request_roles()}
+    parser = argparse.ArgumentParser()
+    detection_client.CLIENT.add_arguments(parser)
+    inputs = detection_client.CLIENT.request_inputs(parser.parse_args(["--iou-threshold", "0.5"]), 3)
+    assert inputs.keys() == {"iou_threshold"} and inputs["iou_threshold"].dtype == np.float32
+    assert inputs["iou_threshold"].tolist() == [[0.5]] * 3
+    both = detection_client.CLIENT.request_inputs(parser.parse_args(["--score-threshold", "0", "--iou-threshold", "1"]), 1)
+    assert {role: value.tolist() for role, value in both.items()} == {"score_threshold": [[0.0]], "iou_threshold": [[1.0]]}
+    for bad in ("1.5", "-0.1", "nan"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--score-threshold", bad])
+
+
+# --------------------------------------------------------------------------- segmentation
+
+
+def test_the_segmentation_client_writes_the_mask_and_an_overlay(tmp_path):
+    mask = np.zeros((8, 10), np.uint8)
+    mask[:, :5] = 255
+    outputs = {"mask": np.array([segmentation.encode_png(mask, binary=True)], object), "coverage": np.array([0.5], np.float32)}
+    image = png(np.full((8, 10, 3), 128, np.uint8))
+    out = tmp_path / "masks"
+    report = segmentation_client.CLIENT.report("photos/a.png", outputs, image, argparse.Namespace(out_dir=out, overlay=True))
+    mask_file, overlay_file = out / "a.mask.png", out / "a.overlay.jpg"
+    assert report.lines == [f"photos/a.png  coverage  50.0%  -> {mask_file}, {overlay_file}"]
+    assert report.record == {"file": "photos/a.png", "coverage": 0.5, "mask_file": str(mask_file), "overlay_file": str(overlay_file)}
+    assert report.files == [str(mask_file), str(overlay_file)]
+    assert np.array_equal(segmentation.decode_png(mask_file.read_bytes()), mask)
+    tinted = cv2.imread(str(overlay_file))
+    assert tinted.shape == (8, 10, 3) and abs(int(tinted[4, 8, 0]) - 128) < 8 and int(tinted[4, 1, 0]) > 160  # blue tint on the mask
+    # Beside the image without --out-dir; no overlay when the image is not the mask's size.
+    (tmp_path / "photos").mkdir()
+    small = segmentation_client.CLIENT.report(
+        str(tmp_path / "photos" / "b.png"), outputs, png(np.zeros((4, 4, 3), np.uint8)), argparse.Namespace(out_dir=None, overlay=True)
+    )
+    assert small.record["mask_file"] == str(tmp_path / "photos" / "b.mask.png") and small.record["overlay_file"] is None
+
+
+# --------------------------------------------------------------------------- text reading
+
+
+def line(text: str, x: float, y: float, score: float = 0.9) -> reader.Line:
+    box = np.array([[x, y], [x + 100, y], [x + 100, y + 20], [x, y + 20]], np.float32)
+    return reader.Line(text, score, box, 0.8)
+
+
+def test_the_text_reading_client_prints_each_line_and_draws_the_boxes(tmp_path):
+    image = png(np.full((80, 200, 3), 255, np.uint8))
+    lines = [line("Gate", 10, 10, 0.987), line("Road", 10, 40, 0.5)]
+    outputs = {role: value[0] for role, value in reader.padded([lines]).items()}
+    by_role = {"texts": outputs["TEXTS"], "scores": outputs["SCORES"], "boxes": outputs["BOXES"], "count": outputs["COUNT"]}
+    args = argparse.Namespace(draw=tmp_path / "out", single_image=False)
+    report = text_reading_client.CLIENT.report("sign.png", by_role, image, args)
+    drawn = tmp_path / "out" / f"sign{text_reading_client.DRAWN_SUFFIX}"
+    assert report.lines == [f"sign.png: 2 lines -> {drawn}", "    1  0.987  Gate", "    2  0.500  Road"]
+    assert [item["text"] for item in report.record["lines"]] == ["Gate", "Road"] and report.record["drawn"] == str(drawn)
+    assert report.record["lines"][0]["box"][2] == [110.0, 30.0]
+    picture = cv2.imread(str(drawn))
+    assert picture is not None and picture.shape == (80, 200, 3) and (picture != 255).any()
+    plain = text_reading_client.CLIENT.report("sign.png", by_role, image, argparse.Namespace(draw=None))
+    assert plain.lines[0] == "sign.png: 2 lines" and "drawn" not in plain.record and plain.files == []
+
+
+# --------------------------------------------------------------------------- a new task: the generic client
+
+
+class ScratchTask(Task):
+    """A throwaway task, registered only in these tests: two outputs, no client module of its own."""
+
+    name = "scratch"
+    drift_features = ()
+    gate_defaults: ClassVar[Mapping[str, float]] = {}
+    dataset_layout = "none"
+
+    def output_roles(self) -> tuple[Role, ...]:
+        return (Role("scores", "FP32", (2,), name="SCORES"), Role("names", "BYTES", (None,), name="NAMES"))
+
+    def postprocessor(self, config: model_config.ModelConfig, model_dir: Path) -> Postprocessor:
+        raise NotImplementedError
+
+    def gate(self, reference: TaskResult, candidate: TaskResult, limits: Mapping[str, float]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def dataset(self, directory: Path, postprocessor: Postprocessor) -> list[LabelledSample]:
+        raise NotImplementedError
+
+    def dataset_metrics(self, runs: Any) -> dict[str, float]:
+        raise NotImplementedError
+
+    def response_result(self, postprocessor: Postprocessor, outputs: Mapping[str, np.ndarray]) -> TaskResult:
+        raise NotImplementedError
+
+
+class FakeResult:
+    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
+        self.arrays = arrays
+
+    def as_numpy(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+
+class FakeServer:
+    """tritonclient.grpc's calls the client makes, for one ``scratch`` pipeline: each image's scores are
+    (its index in the request / 4, 0.5), its names ``cat`` and, for a second image, bytes that are not text."""
+
+    CONFIGS: ClassVar[dict[str, dict[str, Any]]] = {
+        "scratch": {
+            "name": "scratch",
+            "max_batch_size": 4,
+            "input": [{"name": "IMAGE", "data_type": "TYPE_STRING", "dims": ["1"]}],
+            "output": [
+                {"name": "SCORES", "data_type": "TYPE_FP32", "dims": ["2"]},
+                {"name": "NAMES", "data_type": "TYPE_STRING", "dims": ["-1"]},
+            ],
+            "ensemble_scheduling": {"step": [{"model_name": "scratch_postprocess"}]},
+        },
+        "scratch_postprocess": {"name": "scratch_postprocess", "parameters": {"task": {"string_value": "scratch"}}},
+    }
+
+    def __init__(self) -> None:
+        self.requests: list[int] = []
+
+    def is_server_ready(self, **_: object) -> bool:
+        return True
+
+    def is_model_ready(self, model: str, **_: object) -> bool:
+        return model in self.CONFIGS
+
+    def get_model_metadata(self, model: str, **_: object) -> dict[str, Any]:
+        return {"name": model}
+
+    def get_model_config(self, model: str, **_: object) -> dict[str, Any]:
+        return {"config": self.CONFIGS[model]}
+
+    def infer(self, model: str, inputs: list[Any], **_: object) -> FakeResult:
+        count = inputs[0].shape()[0]
+        self.requests.append(count)
+        scores = np.array([[index / 4, 0.5] for index in range(count)], np.float32)
+        names = np.array([[b"cat", b"\xff\xd8" if index else b"mat"] for index in range(count)], object)
+        return FakeResult({"SCORES": scores, "NAMES": names})
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def scratch(monkeypatch, tmp_path) -> tuple[FakeServer, list[str]]:
+    """The scratch task in the registry, the client connected to a fake server, two image files."""
+    monkeypatch.setitem(registry.TASKS, "scratch", ScratchTask())
+    server = FakeServer()
+    monkeypatch.setattr(client, "connect", lambda args: client.TritonConnection("grpc", "fake:0", 5.0, client=server))
+    files = []
+    for name in ("a.png", "b.png"):
+        (tmp_path / name).write_bytes(b"uploaded " + name.encode())
+        files.append(str(tmp_path / name))
+    return server, files
+
+
+def test_a_new_task_gets_the_generic_client_which_prints_every_output(scratch, capsys):
+    server, files = scratch
+    assert clients.client_for("scratch") is clients.GENERIC
+    assert client.main(["--task", "scratch", "--model", "scratch", *files]) == 0
+    assert server.requests == [2]
+    out = capsys.readouterr().out
+    assert out.split("\n\n") == [
+        f"{files[0]}\n  scores  [2]  [0, 0.5]\n  names   [2]  ['cat', 'mat']",
+        f"{files[1]}\n  scores  [2]  [0.25, 0.5]\n  names   [2]  ['cat', '<2 bytes>']\n",
+    ]
+
+
+def test_the_generic_client_gives_every_output_as_lists_in_json(scratch, capsys):
+    server, files = scratch
+    assert client.main(["--task", "scratch", "--model", "scratch", "--json", *files]) == 0
+    first, second = json.loads(capsys.readouterr().out)
+    assert first == {"file": files[0], "outputs": {"scores": [0.0, 0.5], "names": ["cat", "mat"]}}
+    assert second == {"file": files[1], "outputs": {"scores": [0.25, 0.5], "names": ["cat", {"bytes": 2, "base64": "/9g="}]}}
+    assert client.main(["--task", "scratch", "--model", "scratch", "--json", "--batch-size", "1", *files]) == 0
+    assert [result["outputs"]["names"] for result in json.loads(capsys.readouterr().out)] == [["cat", "mat"]] * 2
+    assert server.requests == [2, 1, 1]
+
+
+def test_a_new_task_without_a_pipeline_in_the_repository_needs_model(scratch, capsys):
+    _, files = scratch
+    assert client.default_model("scratch") is None
+    with pytest.raises(SystemExit):
+        client.main(["--task", "scratch", *files])
+    assert "the following arguments are required: --model" in capsys.readouterr().err
+    # A script of its own runs the same client, named as the script.
+    assert client.script_main("scratch", ["--model", "scratch", files[0]]) == 0
+    assert capsys.readouterr().out.startswith(f"{files[0]}\n  scores  [2]  [0, 0.5]")
+
+
+def test_the_generic_entry_serves_a_shipped_task_with_its_own_client(scratch, capsys):
+    """``python -m devtools.client --task NAME``: the task's own client, and its pipeline's task must be NAME."""
+    _, files = scratch
+    assert client.main(["--task", "detection", "--model", "scratch", "--draw", "out", files[0]]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "python -m devtools.client: error: model 'scratch' is a scratch pipeline, not detection: use its own client"
+    )
+    with pytest.raises(SystemExit):
+        client.main([files[0]])
+    assert "the following arguments are required: --task" in capsys.readouterr().err
+
+
+def test_the_generic_report_of_an_output_of_any_shape():
+    outputs = {"grid": np.arange(40, dtype=np.int32).reshape(2, 20), "one": np.float32(0.5), "empty": np.zeros((0,), object)}
+    report = generic.CLIENT.report("x.png", outputs, b"", argparse.Namespace())
+    assert report.lines[0] == "x.png" and report.lines[1].startswith("  grid    [2x20]  [[0, 1, 2, ..., 17, 18, 19],")
+    assert report.lines[2] == "  one     [scalar]  0.5" and report.lines[3] == "  empty   [0]  []"
+    assert report.record["outputs"] == {"grid": np.arange(40).reshape(2, 20).tolist(), "one": 0.5, "empty": []}
