@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,19 @@ import numpy as np
 from builders import BuildError, Log
 from builders.artifacts import sha256_file
 from vision_serving import cpu_runtimes, layout
+from vision_serving.tasks import detection
 from vision_serving.tasks.detection_heads import registry as detection_heads
 
-# The heads a YOLO export's output may be, and the formats they read, from the head registry.
-HEADS = tuple(head.name for head in detection_heads.yolo_export_heads())
-FORMATS = ", ".join(f"{head.name} [N, {head.layout[1:]} ({head.exports})" for head in detection_heads.yolo_export_heads())
+# The heads a YOLO detector's export may carry, and the formats they read, from the head registry.
+HEADS = tuple(head.name for head in detection_heads.yolo_export_heads("detect"))
+
+
+def formats(task: str = "detect") -> str:
+    """The output formats of ``task``'s heads, for a refusal."""
+    return ", ".join(f"{head.name} [N, {head.layout[1:]} ({head.exports})" for head in detection_heads.yolo_export_heads(task))
+
+
+FORMATS = formats()
 MODEL_FILE = "model.onnx"
 LABELS_FILE = "labels.txt"
 MAX_BATCH = 16
@@ -63,8 +72,8 @@ class YoloModel:
     input_name: str
     height: int
     width: int
-    output_name: str
-    output_shape: tuple[int | str, ...]
+    output_names: tuple[str, ...]
+    output_shapes: tuple[tuple[int | str, ...], ...]  # each output's, batch dim first
     head: str
     names: tuple[str, ...]
     static_batch: bool
@@ -77,10 +86,21 @@ class YoloModel:
     unrolled_batch: int | None = None
     static_size: bool = True  # the input's height and width are fixed in the file (else dynamic=True: fixed by batch_dimension)
 
+    task: str = "detect"  # Ultralytics' task (its metadata's): the heads considered are that task's
+    head_parameters: tuple[tuple[str, str], ...] = ()  # the head's own config parameters (a pose model's keypoint shape)
+
     @property
-    def output_dims(self) -> list[int]:
-        """The output's per-image dims, as the configs declare them."""
-        return [int(d) for d in self.output_shape[1:]]
+    def output_dims(self) -> list[list[int]]:
+        """Each output's per-image dims, as the configs declare them."""
+        return [[int(d) for d in shape[1:]] for shape in self.output_shapes]
+
+    def head_instance(self) -> Any:
+        """The head, with its parameters (what the postprocess will run)."""
+        return detection_heads.head_class(self.head).from_parameters(dict(self.head_parameters))
+
+    def core_roles(self) -> list[str]:
+        """The head's roles of the core's outputs, in the export's output order: the tensors' names in the configs."""
+        return [role.role for role in self.head_instance().input_roles() if role.from_core]
 
 
 def _dims(value: Any) -> tuple[int | str, ...]:
@@ -106,35 +126,62 @@ def _names(metadata: dict[str, str], labels: Path | None) -> tuple[str, ...]:
     return tuple(str(item) for item in parsed)
 
 
-def _head(shape: tuple[int | str, ...], classes: int | None, metadata: dict[str, str], forced: str | None, where: str) -> str:
-    """The head of a ``[N, a, b]`` output (the registry's heads that fit it), checked against the class count where it
-    is known."""
-    found = f"{where} has shape {list(shape)}"
-    if len(shape) != 3 or not all(isinstance(d, int) and d > 0 for d in shape[1:]):
-        raise UnsupportedModel(f"{found}; supported: {FORMATS}, with fixed sizes past the batch")
-    shapes = [tuple(int(d) for d in shape[1:])]
-    heads = detection_heads.yolo_export_heads()
-    fits = {head.name: head.fits(shapes, classes) for head in heads}
+def _head(
+    shapes: list[tuple[int | str, ...]], classes: int | None, metadata: dict[str, str], forced: str | None, where: str, task: str = "detect"
+) -> str:
+    """The head of the outputs (the registry's heads of ``task`` that fit them), checked against the class count where
+    it is known."""
+    found = f"{where} {'has shape' if len(shapes) == 1 else 'have shapes'} {', '.join(str(list(shape)) for shape in shapes)}"
+    supported = formats(task)
+    if any(len(shape) < 3 or not all(isinstance(d, int) and d > 0 for d in shape[1:]) for shape in shapes):
+        raise UnsupportedModel(f"{found}; supported: {supported}, with fixed sizes past the batch")
+    per_image = [tuple(int(d) for d in shape[1:]) for shape in shapes]
+    heads = detection_heads.yolo_export_heads(task)
+    fits = {head.name: head.fits(per_image, classes) for head in heads}
     if forced is not None:
         if forced not in fits:
-            raise UnsupportedModel(f"--head {forced!r} is not one of {', '.join(HEADS)}")
+            raise UnsupportedModel(f"--head {forced!r} is not one of {', '.join(fits)}")
         if not fits[forced]:
-            raise UnsupportedModel(f"{found}, which is not --head {forced}; supported: {FORMATS}")
+            raise UnsupportedModel(f"{found}, which is not --head {forced}; supported: {supported}")
         return forced
     if metadata.get("end2end", "").lower() == "true" or _exported_with_nms(metadata):
         in_model = [head.name for head in heads if head.nms_in_model and fits[head.name]]
         if in_model:
             return in_model[0]
-        raise UnsupportedModel(f"{found} but its metadata says NMS is in the model (end2end); supported: {FORMATS}")
+        raise UnsupportedModel(f"{found} but its metadata says NMS is in the model (end2end); supported: {supported}")
     candidates = [name for name, fit in fits.items() if fit]
     if not candidates:
         detail = f" for its {classes} classes" if classes else ""
-        raise UnsupportedModel(f"{found}, which is none of the supported formats{detail}: {FORMATS}")
+        raise UnsupportedModel(f"{found}, which is none of the supported formats{detail}: {supported}")
     if len(candidates) > 1:
         raise UnsupportedModel(f"{found}, which fits {' and '.join(candidates)}: pass --head")
     if classes is None and not detection_heads.head_class(candidates[0]).nms_in_model:
         raise UnsupportedModel(f"{found} and no class names (no Ultralytics metadata): pass --labels FILE (one label per line)")
     return candidates[0]
+
+
+def _head_parameters(task: str, metadata: dict[str, str], where: str) -> tuple[tuple[str, str], ...]:
+    """What a task's head needs from the metadata: a pose model's keypoint shape (``kpt_shape``) and names (``kpt_names``)."""
+    if task != "pose":
+        return ()
+    try:
+        shape = ast.literal_eval(metadata.get("kpt_shape", ""))
+    except (ValueError, SyntaxError):
+        shape = None
+    if not isinstance(shape, list | tuple) or len(shape) != 2:
+        raise UnsupportedModel(
+            f"{where}: a pose model's metadata must give kpt_shape [keypoints, 2 or 3], got {metadata.get('kpt_shape')!r}"
+        )
+    parameters = [("keypoint_shape", f"{int(shape[0])},{int(shape[1])}")]
+    try:
+        names = ast.literal_eval(metadata.get("kpt_names", "None"))
+    except (ValueError, SyntaxError):
+        names = None
+    if isinstance(names, dict):  # Ultralytics writes {class id: [names]}: one list for the keypoints of every class
+        names = next(iter(names.values()), None)
+    if isinstance(names, list | tuple) and len(names) == int(shape[0]):
+        parameters.append(("keypoint_names", ",".join(str(name).replace(",", " ") for name in names)))
+    return tuple(parameters)
 
 
 def _exported_with_nms(metadata: dict[str, str]) -> bool:
@@ -157,40 +204,39 @@ def inspect(path: Path, labels: Path | None = None, head: str | None = None, img
     except Exception as error:  # protobuf's DecodeError and friends
         raise UnsupportedModel(f"{path}: not an ONNX model ({type(error).__name__})") from None
     metadata = {prop.key: prop.value for prop in model.metadata_props}
-    task = metadata.get("task")
-    if task is not None and task != "detect":
-        raise UnsupportedModel(f"{path.name} is an Ultralytics '{task}' model; supported: 'detect' models, as {FORMATS}")
+    task = metadata.get("task", "detect")
+    if task not in detection_heads.yolo_tasks():
+        tasks = ", ".join(f"'{name}'" for name in detection_heads.yolo_tasks())
+        raise UnsupportedModel(f"{path.name} is an Ultralytics '{task}' model; supported: {tasks} models")
     initializers = {item.name for item in model.graph.initializer}
     inputs = [item for item in model.graph.input if item.name not in initializers]
     outputs = list(model.graph.output)
     if len(inputs) != 1:
         raise UnsupportedModel(f"{path.name} has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}); supported: one image input")
-    if len(outputs) != 1:
-        raise UnsupportedModel(
-            f"{path.name} has {len(outputs)} outputs ({', '.join(o.name for o in outputs)}); supported: one detection output, as {FORMATS}"
-        )
-    source, output = inputs[0], outputs[0]
+    source = inputs[0]
     in_shape = _dims(source)
     in_type = _dtype_name(source.type.tensor_type.elem_type)
     if in_type != "float32" or len(in_shape) != 4 or in_shape[1] != 3:
         raise UnsupportedModel(
             f"{path.name}: input '{source.name}' is {in_type} {list(in_shape)}; supported: a float32 [N, 3, H, W] image (NCHW)"
         )
-    out_type = _dtype_name(output.type.tensor_type.elem_type)
-    if out_type != "float32":
-        raise UnsupportedModel(f"{path.name}: output '{output.name}' is {out_type}; supported: float32")
+    for output in outputs:
+        out_type = _dtype_name(output.type.tensor_type.elem_type)
+        if out_type != "float32":
+            raise UnsupportedModel(f"{path.name}: output '{output.name}' is {out_type}; supported: float32")
     size = imgsz or _size(metadata, in_shape, path.name)
     names = _names(metadata, labels)
-    out_shape = _resolved(model, _dims(output), size)
-    chosen = _head(out_shape, len(names) or None, metadata, head, f"{path.name}: output '{output.name}'")
+    out_shapes = [_resolved(model, index, _dims(output), size) for index, output in enumerate(outputs)]
+    where = f"{path.name}: output{'s' if len(outputs) > 1 else ''} {', '.join(repr(output.name) for output in outputs)}"
+    chosen = _head(out_shapes, len(names) or None, metadata, head, where, task)
     if not names:
         raise UnsupportedModel(f"{path.name}: the {chosen} output does not give the class count and the model has no names: pass --labels")
     return YoloModel(
         input_name=source.name,
         height=size[0],
         width=size[1],
-        output_name=output.name,
-        output_shape=out_shape,
+        output_names=tuple(output.name for output in outputs),
+        output_shapes=tuple(out_shapes),
         head=chosen,
         names=names,
         static_batch=in_shape[0] == 1,
@@ -198,10 +244,12 @@ def inspect(path: Path, labels: Path | None = None, head: str | None = None, img
         ultralytics="imgsz" in metadata,
         type_fixes=_type_fixes(model, path.name),
         unrolled_batch=_unrolled_batch(metadata, in_shape),
+        task=task,
+        head_parameters=_head_parameters(task, metadata, path.name),
     )
 
 
-def _resolved(model: Any, shape: tuple[int | str, ...], size: tuple[int, int]) -> tuple[int | str, ...]:
+def _resolved(model: Any, index: int, shape: tuple[int | str, ...], size: tuple[int, int]) -> tuple[int | str, ...]:
     """The output's shape with the dims past the batch that the export left symbolic (``dynamic=True``: the
     ``4 + C`` and anchor dims) resolved for a ``size`` input: the input fixed to ``[1, 3, H, W]`` and the shapes
     inferred again (with data propagation, through the Shape arithmetic); a dim inference cannot resolve, from
@@ -217,16 +265,16 @@ def _resolved(model: Any, shape: tuple[int | str, ...], size: tuple[int, int]) -
         dim.Clear()
         dim.dim_value = value
     del fixed.graph.value_info[:]
-    for dim in fixed.graph.output[0].type.tensor_type.shape.dim[1:]:
+    for dim in fixed.graph.output[index].type.tensor_type.shape.dim[1:]:
         if not dim.HasField("dim_value"):
             dim.Clear()
     try:
-        inferred = _dims(onnx.shape_inference.infer_shapes(fixed, data_prop=True).graph.output[0])
+        inferred = _dims(onnx.shape_inference.infer_shapes(fixed, data_prop=True).graph.output[index])
     except Exception:  # an export inference cannot walk: onnxruntime below says
         inferred = shape
     if all(isinstance(d, int) and d > 0 for d in inferred[1:]):
         return (shape[0], *inferred[1:])
-    return (shape[0], *_run_shape(fixed)[1:])
+    return (shape[0], *_run_shapes(fixed)[index][1:])
 
 
 def _type_fixes(model: Any, name: str) -> tuple[str, ...]:
@@ -251,8 +299,8 @@ def _unrolled_batch(metadata: dict[str, str], in_shape: tuple[int | str, ...]) -
         return 1
 
 
-def _run_shape(model: Any) -> tuple[int, ...]:
-    """The first output's shape from one run of ``model`` (its image input fixed) on zeros."""
+def _run_shapes(model: Any) -> list[tuple[int, ...]]:
+    """Each output's shape from one run of ``model`` (its image input fixed) on zeros."""
     from vision_serving.onnx_core import create_session
 
     scratch = layout.BUILD_DIR / "new-pipeline"
@@ -261,7 +309,7 @@ def _run_shape(model: Any) -> tuple[int, ...]:
     probe.write_bytes(model.SerializeToString())
     session = create_session(probe)
     (image,) = session.get_inputs()
-    return tuple(int(d) for d in session.run(None, {image.name: np.zeros(image.shape, np.float32)})[0].shape)
+    return [tuple(int(d) for d in output.shape) for output in session.run(None, {image.name: np.zeros(image.shape, np.float32)})]
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -337,64 +385,83 @@ def batch_passes(model: YoloModel, path: Path, log: Log) -> tuple[list[str], int
 # --------------------------------------------------------------------------- the files
 
 
-QUEUE = """  default_queue_policy {{
-    timeout_action: REJECT
-    default_timeout_microseconds: 10000000
-    allow_timeout_override: true
-    max_queue_size: {size}
-  }}"""
-DRIFT = """  {{ key: "drift_enabled", value: {{ string_value: "true" }} }},
-  {{ key: "drift_window", value: {{ string_value: "512" }} }},
-  {{ key: "drift_min_samples", value: {{ string_value: "128" }} }},
-  {{ key: "drift_update_every", value: {{ string_value: "32" }} }},
-  {{ key: "drift_reference", value: {{ string_value: "drift_reference.json" }} }}"""
+# Every config is a ModelConfig message (Triton's model_config.proto), written with protobuf's text format; the
+# comments above each say what it is.
+DRIFT_PARAMETERS = {
+    "drift_enabled": "true",
+    "drift_window": "512",
+    "drift_min_samples": "128",
+    "drift_update_every": "32",
+    "drift_reference": "drift_reference.json",
+}
+DATA_TYPES = {"FP32": "TYPE_FP32", "INT32": "TYPE_INT32", "UINT8": "TYPE_UINT8", "BYTES": "TYPE_STRING"}
 
 
-def _tensor(name: str, datatype: str, dims: list[int], optional: bool = False) -> str:
-    extra = "\n    optional: true" if optional else ""
-    return f'  {{\n    name: "{name}"\n    data_type: {datatype}\n    dims: [ {", ".join(str(d) for d in dims)} ]{extra}\n  }}'
+def _tensor(name: str, datatype: str, dims: Sequence[int | None], optional: bool = False) -> Any:
+    """A ModelInput (or, without ``optional``, the same fields of a ModelOutput) as a dict for ``_config``."""
+    item: dict[str, Any] = {"name": name, "data_type": datatype, "dims": [-1 if d is None else int(d) for d in dims]}
+    if optional:
+        item["optional"] = True
+    return item
 
 
-def _tensors(items: list[str]) -> str:
-    return "[\n" + ",\n".join(items) + "\n]"
+def _role_tensor(role: Any) -> dict[str, Any]:
+    """A task's Role (what it reads or writes) as the tensor a config declares for it."""
+    return _tensor(role.name or role.role.upper(), DATA_TYPES[role.datatype], role.dims or (), role.optional)
 
 
-def _parameters(values: dict[str, str], drift: bool = False) -> str:
-    rows = [f'  {{ key: "{key}", value: {{ string_value: "{value}" }} }}' for key, value in values.items()]
-    if drift:
-        rows.append(DRIFT.format())
-    return "parameters [\n" + ",\n".join(rows) + "\n]"
+def _config(header: str, **fields: Any) -> str:
+    """A ModelConfig from its fields (parameters as a plain dict of strings), in text format under ``header``."""
+    from google.protobuf import json_format, text_format
+
+    from vision_serving.protos.model_config_pb2 import ModelConfig
+
+    parameters = fields.pop("parameters", None)
+    if parameters is not None:
+        fields["parameters"] = {key: {"string_value": str(value)} for key, value in parameters.items()}
+    message = json_format.ParseDict(fields, ModelConfig())
+    return f"{header}\n{text_format.MessageToString(message)}"
 
 
-def _batching(delay_us: int, queue: int) -> str:
-    return f"dynamic_batching {{\n  max_queue_delay_microseconds: {delay_us}\n{QUEUE.format(size=queue)}\n}}"
+def _batching(delay_us: int, queue: int) -> dict[str, Any]:
+    """The dynamic batcher: no delay unless asked, a bounded queue that rejects after 10 s (a request may ask sooner)."""
+    return {
+        "max_queue_delay_microseconds": delay_us,
+        "default_queue_policy": {
+            "timeout_action": "REJECT",
+            "default_timeout_microseconds": 10_000_000,
+            "allow_timeout_override": True,
+            "max_queue_size": queue,
+        },
+    }
 
 
-def _instances(kind: str, count: int) -> str:
-    return f"instance_group [\n  {{\n    kind: {kind}\n    count: {count}\n  }}\n]"
+def _instances(kind: str, count: int) -> list[dict[str, Any]]:
+    return [{"kind": kind, "count": count}]
 
 
-# CPU variants of the core (the same tensors): name -> (what it is, backend block, parameters, instances, queue delay).
+# CPU variants of the core (the same tensors): name -> (what it is, backend fields, parameters, instances, queue delay).
 # The Python backend's: every CPU runtime's configs (vision_serving.cpu_runtimes), no batcher delay; then Triton's own
 # openvino backend (its batch padding wants a short delay).
-CPU_VARIANTS: dict[str, tuple[str, str, dict[str, str], int, int]] = {
+CPU_VARIANTS: dict[str, tuple[str, dict[str, str], dict[str, str], int, int]] = {
     **{
-        variant.name: (variant.about, 'backend: "python"', dict(variant.parameters), variant.instances, 0)
+        variant.name: (variant.about, {"backend": "python"}, dict(variant.parameters), variant.instances, 0)
         for runtime in cpu_runtimes.RUNTIMES.values()
         for variant in runtime.configs
     },
     "cpu_openvino_backend": ("The FP32 ONNX on Triton's own openvino backend (NVIDIA's server image)",
-                             f'backend: "openvino"\ndefault_model_filename: "{MODEL_FILE}"',
+                             {"backend": "openvino", "default_model_filename": MODEL_FILE},
                              {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": "1", "ENABLE_BATCH_PADDING": "YES"},
                              2, 5000),
 }  # fmt: skip
 
 
-def _core_io(model: YoloModel) -> str:
-    return (
-        f"input {_tensors([_tensor('images', 'TYPE_UINT8', [3, model.height, model.width])])}\n"
-        f"output {_tensors([_tensor('predictions', 'TYPE_FP32', model.output_dims)])}"
-    )
+def _core_io(model: YoloModel) -> dict[str, Any]:
+    """The core's tensors: the UINT8 image in, each output named for the head's role it fills."""
+    return {
+        "input": [_tensor("images", "TYPE_UINT8", [3, model.height, model.width])],
+        "output": [_tensor(role, "TYPE_FP32", dims) for role, dims in zip(model.core_roles(), model.output_dims)],
+    }
 
 
 def _core_config(model: YoloModel, name: str, max_batch: int) -> Any:
@@ -402,7 +469,7 @@ def _core_config(model: YoloModel, name: str, max_batch: int) -> Any:
     from vision_serving import model_config
 
     return model_config.parse_config_text(
-        f'name: "{name}_core"\nplatform: "tensorrt_plan"\nmax_batch_size: {max_batch}\n{_core_io(model)}\n'
+        _config("", name=f"{name}_core", platform="tensorrt_plan", max_batch_size=max_batch, **_core_io(model))
     )
 
 
@@ -412,7 +479,7 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
     queue = max(16, 2 * max_batch)
     written = {
         layout.RECIPE_FILENAME: _recipe(header, name, model, source_name, sha256, passes),
-        f"{name}/config.pbtxt": _ensemble_config(header, name, max_batch),
+        f"{name}/config.pbtxt": _ensemble_config(header, name, model, max_batch),
         f"{name}/1/README": "Ensembles hold no files; Triton needs the version folder.\n",
         f"{name}_preprocess/config.pbtxt": _preprocess_config(header, name, model, max_batch),
         f"{name}_core/config.pbtxt": _core_config_file(header, name, model, max_batch, queue),
@@ -425,35 +492,32 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
             f"from vision_serving.triton_models.{role} import TritonPythonModel  # noqa: F401\n"
         )
     for variant, (what, backend, parameters, count, delay) in CPU_VARIANTS.items():
-        written[f"{name}_core/configs/{variant}.pbtxt"] = (
-            f"{header}\n# {what}: `tritonserver --model-config-name={variant}`; the same tensors as config.pbtxt.\n"
-            f'name: "{name}_core"\n{backend}\nmax_batch_size: {max_batch}\n{_core_io(model)}\n{_parameters(parameters)}\n'
-            f"{_batching(delay, queue)}\n{_instances('KIND_CPU', count)}\n"
+        written[f"{name}_core/configs/{variant}.pbtxt"] = _config(
+            f"{header}\n# {what}: `tritonserver --model-config-name={variant}`; the same tensors as config.pbtxt.",
+            name=f"{name}_core",
+            **backend,
+            max_batch_size=max_batch,
+            **_core_io(model),
+            parameters=parameters,
+            dynamic_batching=_batching(delay, queue),
+            instance_group=_instances("KIND_CPU", count),
         )
     return written
 
 
-def _thresholds() -> list[str]:
+def _thresholds() -> list[dict[str, Any]]:
     """The per-request thresholds (optional inputs of the ensemble and the postprocess)."""
-    return [_tensor("SCORE_THRESHOLD", "TYPE_FP32", [1], True), _tensor("IOU_THRESHOLD", "TYPE_FP32", [1], True)]
+    return [_role_tensor(role) for role in detection.REQUEST_ROLES]
 
 
-def _geometry() -> list[str]:
+def _geometry() -> list[dict[str, Any]]:
     """What the preprocess hands the postprocess to map boxes back to the photo."""
     return [_tensor("IMAGE_SIZE", "TYPE_INT32", [2]), _tensor("IMAGE_TRANSFORM", "TYPE_FP32", [4])]
 
 
-def _answers() -> str:
-    """The detection task's outputs (the ensemble's and the postprocess model's)."""
-    return _tensors(
-        [
-            _tensor("BOXES", "TYPE_FP32", [-1, 4]),
-            _tensor("SCORES", "TYPE_FP32", [-1]),
-            _tensor("CLASS_IDS", "TYPE_INT32", [-1]),
-            _tensor("LABELS", "TYPE_STRING", [-1]),
-            _tensor("COUNT", "TYPE_INT32", [1]),
-        ]
-    )
+def _answers(model: YoloModel) -> list[dict[str, Any]]:
+    """The detection task's outputs with this head (the ensemble's and the postprocess model's)."""
+    return [_role_tensor(role) for role in detection.answer_roles(model.head_instance())]
 
 
 def _recipe(header: str, name: str, model: YoloModel, source_name: str, sha256: str, passes: list[str]) -> str:
@@ -491,150 +555,127 @@ min_matched_iou = 0.90
 """
 
 
-def _ensemble_config(header: str, name: str, max_batch: int) -> str:
+def _ensemble_config(header: str, name: str, model: YoloModel, max_batch: int) -> str:
     """The ensemble clients call: image bytes and thresholds in, the detections out."""
-    request = _tensors([_tensor("IMAGE", "TYPE_STRING", [1]), *_thresholds()])
-    answers = _answers()
-    return f"""{header}
-# The detector clients call: encoded image bytes in; boxes (x_min, y_min, x_max, y_max in the photo's pixels), scores,
-# class ids, labels and the count out. K is the request's largest count; rows past an image's count are zero.
-name: "{name}"
-platform: "ensemble"
-max_batch_size: {max_batch}
-input {request}
-output {answers}
-ensemble_scheduling {{
-  step [
-    {{
-      model_name: "{name}_preprocess"
-      model_version: -1
-      input_map {{ key: "IMAGE" value: "IMAGE" }}
-      output_map {{ key: "PIXELS" value: "pixels" }}
-      output_map {{ key: "IMAGE_SIZE" value: "image_size" }}
-      output_map {{ key: "IMAGE_TRANSFORM" value: "image_transform" }}
-    }},
-    {{
-      model_name: "{name}_core"
-      model_version: -1
-      input_map {{ key: "images" value: "pixels" }}
-      output_map {{ key: "predictions" value: "predictions" }}
-    }},
-    {{
-      model_name: "{name}_postprocess"
-      model_version: -1
-      input_map {{ key: "PREDICTIONS" value: "predictions" }}
-      input_map {{ key: "IMAGE_SIZE" value: "image_size" }}
-      input_map {{ key: "IMAGE_TRANSFORM" value: "image_transform" }}
-      input_map {{ key: "SCORE_THRESHOLD" value: "SCORE_THRESHOLD" }}
-      input_map {{ key: "IOU_THRESHOLD" value: "IOU_THRESHOLD" }}
-      output_map {{ key: "BOXES" value: "BOXES" }}
-      output_map {{ key: "SCORES" value: "SCORES" }}
-      output_map {{ key: "CLASS_IDS" value: "CLASS_IDS" }}
-      output_map {{ key: "LABELS" value: "LABELS" }}
-      output_map {{ key: "COUNT" value: "COUNT" }}
-    }}
-  ]
-}}
-"""
+    answers = [item["name"] for item in _answers(model)]
+    thresholds = [item["name"] for item in _thresholds()]
+    roles = model.core_roles()
+
+    def step(model_name: str, inputs: dict[str, str], outputs: dict[str, str]) -> dict[str, Any]:
+        return {"model_name": model_name, "model_version": -1, "input_map": inputs, "output_map": outputs}
+
+    geometry = {"IMAGE_SIZE": "image_size", "IMAGE_TRANSFORM": "image_transform"}
+    steps = [
+        step(f"{name}_preprocess", {"IMAGE": "IMAGE"}, {"PIXELS": "pixels", **geometry}),
+        step(f"{name}_core", {"images": "pixels"}, {role: role for role in roles}),
+        step(
+            f"{name}_postprocess",
+            {**{role.upper(): role for role in roles}, **geometry, **{key: key for key in thresholds}},
+            {key: key for key in answers},
+        ),
+    ]
+    return _config(
+        f"{header}\n# The {model.task} model clients call: encoded image bytes in; boxes (x_min, y_min, x_max, y_max in the photo's "
+        "pixels), scores,\n# class ids, labels and the count out, and what the head adds. K is the request's largest count; rows "
+        "past an image's count are zero.",
+        name=name,
+        platform="ensemble",
+        max_batch_size=max_batch,
+        input=[_tensor("IMAGE", "TYPE_STRING", [1]), *_thresholds()],
+        output=_answers(model),
+        ensemble_scheduling={"step": steps},
+    )
+
+
+# Ultralytics' LetterBox as its predictor runs it: fit, cv2.resize linear, centred padding of 114, RGB, NCHW.
+PREPROCESS_PARAMETERS = {
+    "layout": "NCHW",
+    "color_order": "RGB",
+    "resize": "yolo_letterbox",
+    "interpolation": "bilinear",
+    "pad_value": "114",
+    # Every photo decoded at its full size: Ultralytics' predictor's answer exactly. A 640-pixel model keeps
+    # most of a photo's pixels anyway; "2" decodes a 12 MP JPEG at 3/8 (about 20 % less decode time).
+    "decode_oversampling": "0",
+    "mean": "0,0,0",
+    "std": "255,255,255",
+    "accepted_formats": "jpeg,png,webp,heic,avif",
+    "max_image_bytes": "20971520",
+    "max_image_pixels": "50000000",
+    "max_image_side": "32766",
+    "max_jpeg_scans": "64",
+    "opencv_threads": "1",
+    "cpu_share": "1.0",
+    "max_instances": "8",
+    "decode_threads": "1",
+}
 
 
 def _preprocess_config(header: str, name: str, model: YoloModel, max_batch: int) -> str:
     """Decode and Ultralytics' letterbox, the pixels handed over as UINT8."""
-    image = _tensors([_tensor("IMAGE", "TYPE_STRING", [1])])
-    pixels = _tensors([_tensor("PIXELS", "TYPE_UINT8", [3, model.height, model.width]), *_geometry()])
-    preprocess_parameters = _parameters(
-        {
-            "layout": "NCHW",
-            "color_order": "RGB",
-            "resize": "yolo_letterbox",
-            "interpolation": "bilinear",
-            "pad_value": "114",
-            # Every photo decoded at its full size: Ultralytics' predictor's answer exactly. A 640-pixel model keeps
-            # most of a photo's pixels anyway; "2" decodes a 12 MP JPEG at 3/8 (about 20 % less decode time).
-            "decode_oversampling": "0",
-            "mean": "0,0,0",
-            "std": "255,255,255",
-            "accepted_formats": "jpeg,png,webp,heic,avif",
-            "max_image_bytes": "20971520",
-            "max_image_pixels": "50000000",
-            "max_image_side": "32766",
-            "max_jpeg_scans": "64",
-            "opencv_threads": "1",
-            "cpu_share": "1.0",
-            "max_instances": "8",
-            "decode_threads": "1",
-        },
-        drift=True,
+    return _config(
+        f"{header}\n# Decode, validate, then Ultralytics' LetterBox (its predictor on a {model.height}x{model.width} model): fit, "
+        "cv2.resize linear,\n# centred padding of 114, RGB, NCHW, handed over as UINT8: the / 255 (std below) is folded into the "
+        "core's graph.\n# IMAGE_SIZE and IMAGE_TRANSFORM let the postprocess map boxes back to the photo.",
+        name=f"{name}_preprocess",
+        backend="python",
+        max_batch_size=max_batch,
+        input=[_tensor("IMAGE", "TYPE_STRING", [1])],
+        output=[_tensor("PIXELS", "TYPE_UINT8", [3, model.height, model.width]), *_geometry()],
+        parameters={**PREPROCESS_PARAMETERS, **DRIFT_PARAMETERS},
+        dynamic_batching=_batching(0, 16),
+        instance_group=_instances("KIND_CPU", 2),
     )
-    return f"""{header}
-# Decode, validate, then Ultralytics' LetterBox (its predictor on a {model.height}x{model.width} model): fit, cv2.resize linear,
-# centred padding of 114, RGB, NCHW, handed over as UINT8: the / 255 (std below) is folded into the core's graph.
-# IMAGE_SIZE and IMAGE_TRANSFORM let the postprocess map boxes back to the photo.
-name: "{name}_preprocess"
-backend: "python"
-max_batch_size: {max_batch}
-input {image}
-output {pixels}
-{preprocess_parameters}
-{_batching(0, 16)}
-{_instances("KIND_CPU", 2)}
-"""
 
 
 def _postprocess_config(header: str, name: str, model: YoloModel, max_batch: int, queue: int) -> str:
     """The detection task with the model's head and Ultralytics' predictor defaults."""
     head = detection_heads.head_class(model.head)
-    predictions = _tensors([_tensor("PREDICTIONS", "TYPE_FP32", model.output_dims), *_geometry(), *_thresholds()])
-    answers = _answers()
-    postprocess_parameters = _parameters(
-        {
-            "task": "detection",
-            "head": model.head,
-            "labels_file": LABELS_FILE,
-            "score_threshold": str(SCORE_THRESHOLD),
-            "iou_threshold": str(IOU_THRESHOLD),
-            "max_detections": str(MAX_DETECTIONS),
-            "class_agnostic": "false",
-            "clip_to_image": "true",
-            "cpu_share": "0.5",
-            "max_instances": "8",
-        },
-        drift=True,
+    raw = [_tensor(role.upper(), "TYPE_FP32", dims) for role, dims in zip(model.core_roles(), model.output_dims)]
+    parameters = {
+        "task": "detection",
+        "head": model.head,
+        **dict(model.head_parameters),
+        "labels_file": LABELS_FILE,
+        "score_threshold": str(SCORE_THRESHOLD),
+        "iou_threshold": str(IOU_THRESHOLD),
+        "max_detections": str(MAX_DETECTIONS),
+        "class_agnostic": "false",
+        "clip_to_image": "true",
+        "cpu_share": "0.5",
+        "max_instances": "8",
+    }
+    return _config(
+        f"{header}\n# The detection task (vision_serving/tasks/detection.py) with the {model.head} head: raw {head.layout} "
+        "outputs ->\n# boxes in the photo's pixels, with Ultralytics' predictor defaults (conf 0.25, iou 0.7, max_det 300, "
+        "class-aware NMS).",
+        name=f"{name}_postprocess",
+        backend="python",
+        max_batch_size=max_batch,
+        input=[*raw, *_geometry(), *_thresholds()],
+        output=_answers(model),
+        parameters={**parameters, **DRIFT_PARAMETERS},
+        dynamic_batching=_batching(0, queue),
+        instance_group=_instances("KIND_CPU", 1),
     )
-    return f"""{header}
-# The detection task (vision_serving/tasks/detection.py) with the {model.head} head: raw {head.layout} predictions ->
-# boxes in the photo's pixels, with Ultralytics' predictor defaults (conf 0.25, iou 0.7, max_det 300, class-aware NMS).
-name: "{name}_postprocess"
-backend: "python"
-max_batch_size: {max_batch}
-input {predictions}
-output {answers}
-{postprocess_parameters}
-{_batching(0, queue)}
-{_instances("KIND_CPU", 1)}
-"""
 
 
 def _core_config_file(header: str, name: str, model: YoloModel, max_batch: int, queue: int) -> str:
     """The production core: a TensorRT plan, warmed up at batch 1 and the max batch."""
-    warmup = "model_warmup [\n" + ",\n".join(_warmup(model, size) for size in sorted({1, max_batch})) + "\n]"
-    return f"""{header}
-# The production core: a TensorRT plan on the GPU, built on the node by `python -m builders build-engine` from the
-# precision the ladder chose. Without a GPU, `--model-config-name=cpu` serves configs/cpu.pbtxt (the same tensors).
-name: "{name}_core"
-platform: "tensorrt_plan"
-max_batch_size: {max_batch}
-{_core_io(model)}
-{_batching(0, queue)}
-{_instances("KIND_GPU", 1)}
-{warmup}
-"""
-
-
-def _warmup(model: YoloModel, size: int) -> str:
-    dims = f"[ 3, {model.height}, {model.width} ]"
-    inputs = f'inputs {{ key: "images" value: {{ data_type: TYPE_UINT8 dims: {dims} zero_data: true }} }}'
-    return f'  {{\n    name: "zeros_batch_{size}"\n    batch_size: {size}\n    {inputs}\n  }}'
+    zeros = {"data_type": "TYPE_UINT8", "dims": [3, model.height, model.width], "zero_data": True}
+    warmup = [{"name": f"zeros_batch_{size}", "batch_size": size, "inputs": {"images": zeros}} for size in sorted({1, max_batch})]
+    return _config(
+        f"{header}\n# The production core: a TensorRT plan on the GPU, built on the node by `python -m builders build-engine` "
+        "from the\n# precision the ladder chose. Without a GPU, `--model-config-name=cpu` serves configs/cpu.pbtxt (the same "
+        "tensors).",
+        name=f"{name}_core",
+        platform="tensorrt_plan",
+        max_batch_size=max_batch,
+        **_core_io(model),
+        dynamic_batching=_batching(0, queue),
+        instance_group=_instances("KIND_GPU", 1),
+        model_warmup=warmup,
+    )
 
 
 def scaffold(name: str, target: Path, model_path: Path, labels: Path | None, head: str | None, imgsz: str | None, log: Log) -> None:

@@ -4,8 +4,8 @@ Postprocess config (``task: "detection"``):
 
 - ``head``: the raw output format (:mod:`.detection_heads.registry`): ``mediapipe_ssd``
   (MediaPipe's SSD face detector), ``yolo`` (``[4 + C, A]``: YOLOv5u, v8, 11), ``yolo_v5``
-  (``[A, 5 + C]``: the original YOLOv5), ``end2end`` (``[K, 6]``: NMS in the model); the head's
-  own parameters beside it;
+  (``[A, 5 + C]``: the original YOLOv5), ``end2end`` (``[K, 6]``: NMS in the model), ``yolo_pose``
+  (``[4 + C + P x D, A]``: Ultralytics' pose models); the head's own parameters beside it;
 - ``score_threshold``, ``iou_threshold``: the defaults of the per-image request inputs
   ``SCORE_THRESHOLD`` and ``IOU_THRESHOLD`` (FP32 ``[1]``, optional);
 - ``max_detections``: at most this many detections per image (the best ones);
@@ -19,7 +19,8 @@ FP32 ``[4]`` the preprocess model's tensor transform (``tensor = image * scale +
 :func:`vision_serving.preprocessing.tensor_transforms`), through which boxes are mapped back to
 the photo; the optional thresholds. Outputs: FP32 ``[K, 4]`` boxes (x_min, y_min, x_max, y_max,
 pixels), FP32 ``[K]`` scores, INT32 ``[K]`` class ids, BYTES ``[K]`` labels, INT32 ``[1]``
-count, and for heads with keypoints FP32 ``[K, P, 2]`` keypoints. ``K`` is the largest count in
+count, and for heads with keypoints FP32 ``[K, P, D]`` keypoints (x, y in the photo's pixels, and
+the keypoint's score where D is 3). ``K`` is the largest count in
 the request (at most ``max_detections``); rows past an image's count are zero (labels empty).
 
 Drift features: ``detections`` per image and ``confidence`` (mean score of the kept ones).
@@ -68,8 +69,14 @@ REQUEST_ROLES = (
 )
 
 
-def _output_roles(keypoints: int | None) -> tuple[Role, ...]:
-    """The outputs; ``keypoints``: the head's count (0: none), None: either (a client reading an ensemble)."""
+def answer_roles(head: Head) -> tuple[Role, ...]:
+    """The outputs of the postprocess (and its ensemble) with ``head``: keypoints ``[K, P, D]`` where it has them."""
+    return _output_roles(head.num_keypoints, head.keypoint_values)
+
+
+def _output_roles(keypoints: int | None, values: int | None = None) -> tuple[Role, ...]:
+    """The outputs; ``keypoints``: the head's count (0: none) and ``values`` per keypoint (x, y: 2; with a score: 3),
+    None: either (a client reading an ensemble)."""
     roles = (
         Role("boxes", "FP32", (-1, 4), name="BOXES"),
         Role("scores", "FP32", (-1,), name="SCORES"),
@@ -78,8 +85,8 @@ def _output_roles(keypoints: int | None) -> tuple[Role, ...]:
         Role("count", "INT32", (1,), name="COUNT"),
     )
     if keypoints is None:
-        return (*roles, Role("keypoints", "FP32", (-1, None, 2), optional=True, name="KEYPOINTS"))
-    return (*roles, Role("keypoints", "FP32", (-1, keypoints, 2), name="KEYPOINTS")) if keypoints else roles
+        return (*roles, Role("keypoints", "FP32", (-1, None, values), optional=True, name="KEYPOINTS"))
+    return (*roles, Role("keypoints", "FP32", (-1, keypoints, values or 2), name="KEYPOINTS")) if keypoints else roles
 
 
 @dataclass(frozen=True)
@@ -208,7 +215,7 @@ class DetectionPostprocessor(Postprocessor):
             Role("transform", "FP32", (4,), name="IMAGE_TRANSFORM"),
             *REQUEST_ROLES,
         )
-        super().__init__(config, inputs, _output_roles(head.num_keypoints))
+        super().__init__(config, inputs, answer_roles(head))
         head.bind(config, self.inputs)
         labels_path = model_dir / self.settings.labels_file
         self._labels: np.ndarray | None = None
@@ -248,7 +255,10 @@ class DetectionPostprocessor(Postprocessor):
         found = self.settings.head.detect({role.role: batch[role.role] for role in self.head_roles}, settings)
         sizes = np.asarray(batch["image_size"]).reshape(-1, 2).astype(np.float64)
         boxes = to_image(found.boxes.reshape(*found.boxes.shape[:2], 2, 2), batch["transform"]).reshape(found.boxes.shape)
-        keypoints = None if found.keypoints is None else to_image(found.keypoints, batch["transform"])
+        keypoints = None
+        if found.keypoints is not None:  # x and y to the photo's pixels; a score passes through
+            keypoints = found.keypoints.astype(np.float64)
+            keypoints[..., :2] = to_image(found.keypoints[..., :2], batch["transform"])
         if self.settings.clip:
             height, width = sizes[:, 0, None], sizes[:, 1, None]
             boxes[..., 0::2] = np.clip(boxes[..., 0::2], 0, width[..., None])
@@ -389,7 +399,9 @@ class DetectionTask(Task):
                 score_errors.append(abs(float(scores[i] - other_scores[j])))
                 if keypoints is not None and other_keypoints is not None:
                     width = max(float(boxes[i, 2] - boxes[i, 0]), 1e-6)
-                    keypoint_errors.append(float(np.linalg.norm(keypoints[i] - other_keypoints[j], axis=-1).max()) / width)
+                    keypoint_errors.append(
+                        float(np.linalg.norm(keypoints[i][..., :2] - other_keypoints[j][..., :2], axis=-1).max()) / width
+                    )
         total = sum(found.values())
         agreement = 2.0 * len(ious) / total if total else 1.0
         matched_iou = float(np.mean(ious)) if ious else 1.0

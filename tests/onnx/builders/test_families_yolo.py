@@ -62,7 +62,7 @@ def detector(
 def test_an_ultralytics_export_is_read_from_its_metadata(tmp_path):
     found = yolo.inspect(detector(tmp_path / "m.onnx"))
     assert (found.head, found.names, found.height, found.width) == ("yolo", CLASSES, 64, 96)
-    assert found.static_batch and found.ultralytics and found.output_dims == [7, 96]
+    assert found.static_batch and found.ultralytics and found.output_dims == [[7, 96]]
 
 
 def test_the_original_yolov5_layout_and_end2end(tmp_path):
@@ -77,7 +77,7 @@ def test_the_original_yolov5_layout_and_end2end(tmp_path):
 DYNAMIC = {"batch": "batch", "input_dims": ["batch", 3, "height", "width"], "output_dims": ["batch", "Concatoutput0_dim_1", "anchors"]}
 
 
-@pytest.mark.parametrize("layout_kind, dims", [("yolo", [7, 96]), ("yolo_v5", [96, 8])])
+@pytest.mark.parametrize("layout_kind, dims", [("yolo", [[7, 96]]), ("yolo_v5", [[96, 8]])])
 def test_a_dynamic_export_is_fixed_at_its_imgsz(tmp_path, layout_kind, dims):
     """``dynamic=True``: batch, height, width and the output's dims past the batch are symbolic; the metadata's imgsz fixes
     the input and shape inference gives the output; batch_dimension then fixes them in the served graph."""

@@ -17,6 +17,7 @@ every image at once.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,8 +40,8 @@ MAX_NMS = 30000
 @dataclass(frozen=True)
 class TensorDetections:
     """Per image, best first, in pixels of the model input: ``boxes [N, K, 4]`` (x_min, y_min, x_max,
-    y_max), ``scores [N, K]``, ``class_ids [N, K]``, ``counts [N]``, ``keypoints [N, K, P, 2]`` (x, y)
-    for heads that have them; rows past an image's count are zero."""
+    y_max), ``scores [N, K]``, ``class_ids [N, K]``, ``counts [N]``, ``keypoints [N, K, P, D]`` (x, y, and a
+    score where D is 3) for heads that have them; rows past an image's count are zero."""
 
     boxes: FloatArray
     scores: FloatArray
@@ -97,6 +98,8 @@ class Head(ABC):
     name: ClassVar[str]
     parameters: ClassVar[dict[str, tuple[Callable[[str], Any], bool]]] = {}
     num_keypoints: int = 0
+    keypoint_values: int = 2  # per keypoint: x, y (2) or x, y, score (3)
+    task: ClassVar[str] = "detect"  # the Ultralytics task whose exports carry this head's output (yolo_export heads)
     layout: ClassVar[str] = ""  # the per-image output dims it reads, e.g. "[4 + C, A]"
     exports: ClassVar[str] = ""  # the models that export that layout
     yolo_export: ClassVar[bool] = False  # new-pipeline --from yolo considers it
@@ -214,14 +217,23 @@ def _iou_one_to_many(top: FloatArray, boxes: FloatArray, areas: FloatArray) -> F
 
 
 def hard_nms(
-    count: int, images: IntArray, boxes: FloatArray, scores: FloatArray, class_ids: IntArray, settings: NmsSettings
+    count: int,
+    images: IntArray,
+    boxes: FloatArray,
+    scores: FloatArray,
+    class_ids: IntArray,
+    settings: NmsSettings,
+    keypoints: FloatArray | None = None,
 ) -> TensorDetections:
     """The candidates of ``count`` images, those that passed the score filter, one row each: the image it
     belongs to (``images [M]``, non-decreasing, candidates of one image in anchor order, as ``np.nonzero``
-    gives them), ``boxes [M, 4]`` (corners), ``scores [M]``, ``class_ids [M]`` -> the kept ones, best first
-    (see the module)."""
+    gives them), ``boxes [M, 4]`` (corners), ``scores [M]``, ``class_ids [M]``, and ``keypoints [M, P, D]`` for
+    heads that have them -> the kept ones, best first (see the module)."""
     if not len(images):
-        return TensorDetections.empty(count)
+        empty = TensorDetections.empty(count)
+        if keypoints is None:
+            return empty
+        return dataclasses.replace(empty, keypoints=np.zeros((count, 0, *keypoints.shape[1:]), np.float32))
     # Each image's candidates side by side ([count, width], padded): the sort and NMS never see the other anchors.
     per_image = np.bincount(images, minlength=count)
     width = int(per_image.max())
@@ -267,4 +279,12 @@ def hard_nms(
     out_boxes[padding] = 0
     out_scores[padding] = 0
     out_classes[padding] = 0
-    return TensorDetections(out_boxes.astype(np.float32), out_scores.astype(np.float32), out_classes.astype(np.int32), counts)
+    out_keypoints = None
+    if keypoints is not None:  # gathered as the boxes are: side by side, sorted, the kept ones
+        side = _side_by_side(np.asarray(keypoints, np.float32), images, slot, (n, width))
+        sorted_keypoints = np.take_along_axis(side, order.reshape(*order.shape, *([1] * (side.ndim - 2))), axis=1)
+        out_keypoints = np.take_along_axis(sorted_keypoints, kept.reshape(*kept.shape, *([1] * (side.ndim - 2))), axis=1)
+        out_keypoints[padding] = 0
+    return TensorDetections(
+        out_boxes.astype(np.float32), out_scores.astype(np.float32), out_classes.astype(np.int32), counts, out_keypoints
+    )

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from . import end2end, mediapipe_ssd, yolo, yolo_v5
+from . import end2end, mediapipe_ssd, yolo, yolo_pose, yolo_v5
 from .base import Head
 
-HEADS: dict[str, type[Head]] = {head.name: head for head in (mediapipe_ssd.HEAD, yolo.HEAD, yolo_v5.HEAD, end2end.HEAD)}
+HEADS: dict[str, type[Head]] = {head.name: head for head in (mediapipe_ssd.HEAD, yolo.HEAD, yolo_v5.HEAD, end2end.HEAD, yolo_pose.HEAD)}
 
 
-def yolo_export_heads() -> list[type[Head]]:
-    """The heads a YOLO export's output may be (``new-pipeline --from yolo`` and the benchmarks iterate them)."""
-    return [head for head in HEADS.values() if head.yolo_export]
+def yolo_export_heads(task: str | None = None) -> list[type[Head]]:
+    """The heads a YOLO export's output may be (``new-pipeline --from yolo`` and the benchmarks iterate them): those of
+    the Ultralytics ``task`` (its metadata's; None: every task's)."""
+    return [head for head in HEADS.values() if head.yolo_export and (task is None or head.task == task)]
+
+
+def yolo_tasks() -> list[str]:
+    """The Ultralytics tasks some head serves."""
+    return sorted({head.task for head in HEADS.values() if head.yolo_export})
 
 
 def head_class(name: str) -> type[Head]:

@@ -14,7 +14,13 @@ from vision_serving.tasks.base import Role
 from vision_serving.tasks.detection_heads import registry
 from vision_serving.tasks.detection_heads.base import Head, NmsSettings, TensorDetections, tensor_dims
 
-YOLO_HEADS = registry.yolo_export_heads()
+YOLO_HEADS = registry.yolo_export_heads("detect")
+POSE = {"keypoint_shape": "17,3"}  # COCO's keypoints, as the pose heads' example shapes assume
+
+
+def instance(head: type[Head]) -> Head:
+    """The head with the parameters it requires."""
+    return head.from_parameters({key: value for key, value in POSE.items() if key in head.parameters})
 
 
 def settings(images: int) -> NmsSettings:
@@ -23,21 +29,24 @@ def settings(images: int) -> NmsSettings:
 
 def test_the_yolo_export_heads_state_their_facts():
     assert [head.name for head in YOLO_HEADS] == ["yolo", "yolo_v5", "end2end"]
-    for head in YOLO_HEADS:
+    assert registry.yolo_tasks() == ["detect", "pose"]
+    assert [head.name for head in registry.yolo_export_heads("pose")] == ["yolo_pose"]
+    for head in registry.yolo_export_heads():
         assert head.layout.startswith("[") and head.exports, head.name
     assert [head.name for head in YOLO_HEADS if head.nms_in_model] == ["end2end"]
     assert not registry.head_class("mediapipe_ssd").yolo_export
 
 
 @pytest.mark.parametrize("size", [(640, 640), (320, 480)])
-def test_each_head_fits_its_own_outputs_and_no_other(size):
-    expected = {"yolo": [(84, 8400)], "yolo_v5": [(25200, 85)], "end2end": [(300, 6)]}
-    for head in YOLO_HEADS:
-        shapes = head.example_shapes(80, *size)
+def test_each_head_fits_its_own_outputs_and_no_other_of_its_task(size):
+    expected = {"yolo": [(84, 8400)], "yolo_v5": [(25200, 85)], "end2end": [(300, 6)], "yolo_pose": [(56, 8400)]}
+    for head in registry.yolo_export_heads():
+        shapes = head.example_shapes(80 if head.task == "detect" else 1, *size)
         if size == (640, 640):
             assert shapes == expected[head.name]
-        assert [other.name for other in YOLO_HEADS if other.fits(shapes, 80)] == [head.name]
-        assert not head.fits([(*shapes[0], 1)], 80) and not head.fits([shapes[0], shapes[0]], 80)
+        classes = 80 if head.task == "detect" else 1
+        assert [other.name for other in registry.yolo_export_heads(head.task) if other.fits(shapes, classes)] == [head.name]
+        assert not head.fits([(*shapes[0], 1)], classes) and not head.fits([shapes[0], shapes[0]], classes)
 
 
 def test_without_a_class_count_the_shape_alone_decides():
@@ -49,12 +58,15 @@ def test_without_a_class_count_the_shape_alone_decides():
 
 @pytest.mark.parametrize("candidates", [0, 1, 10, 40])
 def test_synthetic_outputs_carry_exactly_the_candidates(candidates):
-    for head in YOLO_HEADS:
+    for head in registry.yolo_export_heads():
         shapes = head.example_shapes(80, 320, 320)
         outputs = head.synthetic_outputs(shapes, 3, candidates, (320, 320), np.random.default_rng(candidates))
         assert [item.shape[1:] for item in outputs] == shapes and all(item.shape[0] == 3 and item.dtype == np.float32 for item in outputs)
-        (role,) = head({}).input_roles()
-        found = head({}).detect({role.role: outputs[0]}, settings(3))
+        decoder = instance(head)
+        if head.task == "pose":  # the classes are what the keypoints leave
+            decoder._classes = shapes[0][0] - 4 - 17 * 3
+        (role,) = decoder.input_roles()
+        found = decoder.detect({role.role: outputs[0]}, settings(3))
         # NMS may merge overlapping candidates, never invent one; the model's own NMS keeps them all.
         assert all(0 < count <= candidates if candidates else count == 0 for count in found.counts), head.name
         if head.nms_in_model:
@@ -91,7 +103,28 @@ class _CornersHead(Head):
 def test_a_new_head_is_one_module_and_one_registry_line(monkeypatch):
     """What adding a head takes: the class, and its line in the registry; the YOLO family then recognizes its outputs."""
     with pytest.raises(yolo_family.UnsupportedModel, match="none of the supported formats"):
-        yolo_family._head((1, 900, 7), 3, {}, None, "model.onnx: output 'output0'")
+        yolo_family._head([(1, 900, 7)], 3, {}, None, "model.onnx: output 'output0'")
     monkeypatch.setitem(registry.HEADS, _CornersHead.name, _CornersHead)
-    assert yolo_family._head((1, 900, 7), 3, {}, None, "model.onnx: output 'output0'") == "corners_score_class"
+    assert yolo_family._head([(1, 900, 7)], 3, {}, None, "model.onnx: output 'output0'") == "corners_score_class"
     assert registry.head_class("corners_score_class") is _CornersHead
+
+
+def test_the_pose_head_keeps_each_box_keypoints():
+    """Two anchors above the threshold, far apart: both kept, each with its own keypoints (x, y, score)."""
+    head = registry.head_class("yolo_pose").from_parameters({"keypoint_shape": "2,3", "keypoint_names": "nose,tail"})
+    head._classes = 1
+    raw = np.zeros((1, 4 + 1 + 6, 5), np.float32)
+    raw[0, :4, 1] = [20, 20, 10, 10]
+    raw[0, :4, 3] = [80, 60, 10, 10]
+    raw[0, 4, [1, 3]] = [0.9, 0.6]
+    raw[0, 5:, 1] = [18, 19, 0.8, 22, 21, 0.3]
+    raw[0, 5:, 3] = [78, 59, 0.7, 83, 61, 0.9]
+    found = head.detect({"predictions": raw}, settings(1))
+    assert found.counts.tolist() == [2] and found.scores[0].tolist() == pytest.approx([0.9, 0.6])
+    assert found.keypoints is not None and found.keypoints.shape == (1, 2, 2, 3)
+    np.testing.assert_allclose(found.keypoints[0, 0], [[18, 19, 0.8], [22, 21, 0.3]])
+    np.testing.assert_allclose(found.keypoints[0, 1], [[78, 59, 0.7], [83, 61, 0.9]])
+    with pytest.raises(ValueError, match="keypoint_names names 1 keypoints, keypoint_shape says 2"):
+        registry.head_class("yolo_pose").from_parameters({"keypoint_shape": "2,3", "keypoint_names": "nose"})
+    with pytest.raises(ValueError, match="expected keypoints,values"):
+        registry.head_class("yolo_pose").from_parameters({"keypoint_shape": "17,4"})
