@@ -33,6 +33,7 @@ precision, recall and AP at IoU 0.5.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +71,9 @@ REQUEST_ROLES = (
 
 
 def answer_roles(head: Head) -> tuple[Role, ...]:
-    """The outputs of the postprocess (and its ensemble) with ``head``: keypoints ``[K, P, D]`` where it has them."""
-    return _output_roles(head.num_keypoints, head.keypoint_values)
+    """The outputs of the postprocess (and its ensemble) with ``head``: keypoints ``[K, P, D]`` where it has them, and
+    what the head adds (:meth:`Head.extra_answers`)."""
+    return (*_output_roles(head.num_keypoints, head.keypoint_values), *head.extra_answers)
 
 
 def _output_roles(keypoints: int | None, values: int | None = None) -> tuple[Role, ...]:
@@ -152,9 +154,11 @@ class DetectionResult(TaskResult):
         counts: np.ndarray,
         keypoints: np.ndarray | None,
         sizes: np.ndarray,
+        extras: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self.post, self.boxes, self.scores, self.class_ids = post, boxes, scores, class_ids
         self.counts, self.keypoints, self.sizes = counts, keypoints, sizes
+        self.extras = dict(extras or {})  # the head's extra answers by role, [N, K, ...]
 
     def __len__(self) -> int:
         return rows(self.counts)
@@ -180,6 +184,8 @@ class DetectionResult(TaskResult):
         }
         if self.keypoints is not None:
             values["keypoints"] = np.ascontiguousarray(self.keypoints[start:stop, :k])
+        for role, array in self.extras.items():
+            values[role] = np.ascontiguousarray(array[start:stop, :k])
         return self.post.named(values)
 
     def features(self) -> drift.Features:
@@ -270,6 +276,8 @@ class DetectionPostprocessor(Postprocessor):
         boxes[padding] = 0
         if keypoints is not None:
             keypoints[padding] = 0
+        raw = {role.role: batch[role.role] for role in self.head_roles}
+        extras = self.settings.head.extras_to_photo(found, raw, np.asarray(batch["transform"]), sizes, boxes)
         return DetectionResult(
             self,
             boxes.astype(np.float32),
@@ -278,6 +286,7 @@ class DetectionPostprocessor(Postprocessor):
             found.counts,
             None if keypoints is None else keypoints.astype(np.float32),
             sizes.astype(np.int32),
+            extras,
         )
 
 
@@ -365,7 +374,12 @@ class DetectionTask(Task):
         return DetectionPostprocessor(config, model_dir)
 
     def output_roles(self) -> tuple[Role, ...]:
-        return _output_roles(None)
+        """Every output a detection pipeline may have (a client reading an ensemble): the heads' extra answers optional."""
+        extra: dict[str, Role] = {}
+        for head in HEADS.values():
+            for role in head.extra_answers:
+                extra.setdefault(role.role, dataclasses.replace(role, optional=True))
+        return (*_output_roles(None), *extra.values())
 
     def request_roles(self) -> tuple[Role, ...]:
         return REQUEST_ROLES
@@ -433,6 +447,7 @@ class DetectionTask(Task):
         assert isinstance(postprocessor, DetectionPostprocessor)
         counts = np.asarray(outputs["count"], dtype=np.int32).reshape(-1)
         keypoints = outputs.get("keypoints")
+        extras = {role.role: np.asarray(outputs[role.role]) for role in postprocessor.settings.head.extra_answers if role.role in outputs}
         return DetectionResult(
             postprocessor,
             np.asarray(outputs["boxes"], dtype=np.float32),
@@ -441,6 +456,7 @@ class DetectionTask(Task):
             counts,
             None if keypoints is None else np.asarray(keypoints, dtype=np.float32),
             np.zeros((len(counts), 2), np.int32),
+            extras,
         )
 
     def dataset(self, directory: Path, postprocessor: Postprocessor) -> list[LabelledSample]:

@@ -48,6 +48,9 @@ class TensorDetections:
     class_ids: IntArray
     counts: IntArray
     keypoints: FloatArray | None = None
+    # What else a head keeps per detection, by its own name: ``[N, K, ...]`` (a segmenter's mask coefficients, an
+    # oriented box's angle), for its :meth:`Head.extras_to_photo`.
+    extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def empty(cls, images: int, keypoints: int = 0) -> TensorDetections:
@@ -104,6 +107,9 @@ class Head(ABC):
     exports: ClassVar[str] = ""  # the models that export that layout
     yolo_export: ClassVar[bool] = False  # new-pipeline --from yolo considers it
     nms_in_model: ClassVar[bool] = False  # the model suppressed the boxes already (no IoU test here)
+    # Outputs this head adds to the detection task's (boxes, scores, class ids, labels, count, keypoints), filled by
+    # :meth:`extras_to_photo`.
+    extra_answers: ClassVar[tuple[Role, ...]] = ()
 
     @classmethod
     def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
@@ -162,6 +168,14 @@ class Head(ABC):
     def check(self, tensor_height: int, tensor_width: int) -> list[str]:
         """Problems of this head with a model input of that size (the consistency check)."""
         return []
+
+    def extras_to_photo(
+        self, found: TensorDetections, raw: Mapping[str, np.ndarray], transforms: np.ndarray, sizes: np.ndarray, boxes: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """The extra answers by role, ``[N, K, ...]`` per image and detection (rows past a count empty), in the photo's
+        terms: ``found`` as :meth:`detect` gave it, the batch's ``raw`` outputs by role, each image's ``transforms [N, 4]``
+        (``tensor = image * scale + offset``), ``sizes [N, 2]`` (height, width) and ``boxes [N, K, 4]`` in its pixels."""
+        return {}
 
 
 def synthetic_boxes(anchors: int, size: tuple[int, int], rng: np.random.Generator) -> FloatArray:
@@ -224,16 +238,19 @@ def hard_nms(
     class_ids: IntArray,
     settings: NmsSettings,
     keypoints: FloatArray | None = None,
+    extras: Mapping[str, np.ndarray] | None = None,
 ) -> TensorDetections:
     """The candidates of ``count`` images, those that passed the score filter, one row each: the image it
     belongs to (``images [M]``, non-decreasing, candidates of one image in anchor order, as ``np.nonzero``
-    gives them), ``boxes [M, 4]`` (corners), ``scores [M]``, ``class_ids [M]``, and ``keypoints [M, P, D]`` for
-    heads that have them -> the kept ones, best first (see the module)."""
+    gives them), ``boxes [M, 4]`` (corners), ``scores [M]``, ``class_ids [M]``, and ``keypoints [M, P, D]`` and
+    ``extras`` (name -> ``[M, ...]``) for heads that have them -> the kept ones, best first (see the module)."""
+    extras = dict(extras or {})
     if not len(images):
-        empty = TensorDetections.empty(count)
-        if keypoints is None:
-            return empty
-        return dataclasses.replace(empty, keypoints=np.zeros((count, 0, *keypoints.shape[1:]), np.float32))
+        return dataclasses.replace(
+            TensorDetections.empty(count),
+            keypoints=None if keypoints is None else np.zeros((count, 0, *keypoints.shape[1:]), np.float32),
+            extras={name: np.zeros((count, 0, *values.shape[1:]), values.dtype) for name, values in extras.items()},
+        )
     # Each image's candidates side by side ([count, width], padded): the sort and NMS never see the other anchors.
     per_image = np.bincount(images, minlength=count)
     width = int(per_image.max())
@@ -279,12 +296,22 @@ def hard_nms(
     out_boxes[padding] = 0
     out_scores[padding] = 0
     out_classes[padding] = 0
-    out_keypoints = None
-    if keypoints is not None:  # gathered as the boxes are: side by side, sorted, the kept ones
-        side = _side_by_side(np.asarray(keypoints, np.float32), images, slot, (n, width))
-        sorted_keypoints = np.take_along_axis(side, order.reshape(*order.shape, *([1] * (side.ndim - 2))), axis=1)
-        out_keypoints = np.take_along_axis(sorted_keypoints, kept.reshape(*kept.shape, *([1] * (side.ndim - 2))), axis=1)
-        out_keypoints[padding] = 0
+
+    def kept_values(values: np.ndarray) -> np.ndarray:
+        """Per-candidate values gathered as the boxes are: side by side, sorted, the kept ones; zero past a count."""
+        side = _side_by_side(np.asarray(values), images, slot, (n, width))
+        trailing = [1] * (side.ndim - 2)
+        chosen = np.take_along_axis(
+            np.take_along_axis(side, order.reshape(*order.shape, *trailing), axis=1), kept.reshape(*kept.shape, *trailing), axis=1
+        )
+        chosen[padding] = 0
+        return chosen
+
     return TensorDetections(
-        out_boxes.astype(np.float32), out_scores.astype(np.float32), out_classes.astype(np.int32), counts, out_keypoints
+        out_boxes.astype(np.float32),
+        out_scores.astype(np.float32),
+        out_classes.astype(np.int32),
+        counts,
+        None if keypoints is None else kept_values(np.asarray(keypoints, np.float32)),
+        {name: kept_values(values) for name, values in extras.items()},
     )
