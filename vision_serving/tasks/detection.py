@@ -50,6 +50,7 @@ from .detection_heads.base import Head, NmsSettings, boolean
 from .detection_heads.registry import HEADS, head_class
 
 MATCH_IOU = 0.5  # detections are the same object when their boxes overlap this much (gate, dataset metric)
+KEYPOINT_TOLERANCE = 0.1  # a keypoint agrees within this fraction of its box's diagonal (the precision gate)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 # The task's own config parameters: parser, default (None: required). The rest but drift_* are the head's.
 PARAMETERS: dict[str, tuple[Any, Any]] = {
@@ -162,6 +163,11 @@ class DetectionResult(TaskResult):
 
     def __len__(self) -> int:
         return rows(self.counts)
+
+    def image_extras(self, index: int) -> dict[str, np.ndarray]:
+        """One image's extra answers by role (the head's), without padding."""
+        count = int(self.counts[index])
+        return {role: array[index, :count] for role, array in self.extras.items()}
 
     def image(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """One image's (boxes, scores, class ids, keypoints), without padding."""
@@ -364,7 +370,14 @@ def average_precision(recall: np.ndarray, precision: np.ndarray) -> float:
 class DetectionTask(Task):
     name = "detection"
     drift_features = ("detections", "confidence")
-    gate_defaults: ClassVar[dict[str, float]] = {"min_detection_agreement": 0.95, "min_matched_iou": 0.90}
+    # Detections matched one to one; keypoints (where the head has them) agree when within KEYPOINT_TOLERANCE of the
+    # box's diagonal; each head may add its own checks on what it adds (a segmenter's masks, an oriented box's rotation).
+    gate_defaults: ClassVar[dict[str, float]] = {
+        "min_detection_agreement": 0.95,
+        "min_matched_iou": 0.90,
+        "min_keypoint_agreement": 0.90,
+        **{key: value for head in HEADS.values() for key, value in head.gate_defaults.items()},
+    }
     dataset_layout = (
         "DIR/<image> with YOLO labels (one 'class cx cy w h' line per object, normalized) in <image stem>.txt beside it "
         "or in the labels/ folder beside images/; no labels file: no objects"
@@ -401,9 +414,12 @@ class DetectionTask(Task):
         matched: dict[int, int] = {}
         found: dict[int, int] = {}
         same_count = 0
+        head = reference.post.settings.head
+        similarities: dict[str, list[float]] = {}
         for index in range(len(reference)):
             boxes, scores, classes, keypoints = reference.image(index)
             other_boxes, other_scores, other_classes, other_keypoints = candidate.image(index)
+            extras, other_extras = reference.image_extras(index), candidate.image_extras(index)
             same_count += len(boxes) == len(other_boxes)
             for class_id in np.concatenate([classes, other_classes]).tolist():
                 found[class_id] = found.get(class_id, 0) + 1
@@ -413,9 +429,12 @@ class DetectionTask(Task):
                 score_errors.append(abs(float(scores[i] - other_scores[j])))
                 if keypoints is not None and other_keypoints is not None:
                     width = max(float(boxes[i, 2] - boxes[i, 0]), 1e-6)
-                    keypoint_errors.append(
-                        float(np.linalg.norm(keypoints[i][..., :2] - other_keypoints[j][..., :2], axis=-1).max()) / width
-                    )
+                    distances = np.linalg.norm(keypoints[i][..., :2] - other_keypoints[j][..., :2], axis=-1)
+                    keypoint_errors.append(float(distances.max()) / width)
+                    diagonal = max(float(np.hypot(boxes[i, 2] - boxes[i, 0], boxes[i, 3] - boxes[i, 1])), 1e-6)
+                    similarities.setdefault("keypoint_agreement", []).append(float(np.mean(distances <= KEYPOINT_TOLERANCE * diagonal)))
+                for name, value in head.gate_similarities(extras, other_extras, i, j).items():
+                    similarities.setdefault(name, []).append(value)
         total = sum(found.values())
         agreement = 2.0 * len(ious) / total if total else 1.0
         matched_iou = float(np.mean(ious)) if ious else 1.0
@@ -435,13 +454,14 @@ class DetectionTask(Task):
         }
         if keypoint_errors:
             metrics["keypoint_error_max_of_box_width"] = float(np.max(keypoint_errors))
-        return gate_report(
-            metrics,
-            {
-                "detection_agreement": (agreement, limits["min_detection_agreement"]),
-                "matched_iou_mean": (matched_iou, limits["min_matched_iou"]),
-            },
-        )
+        checks = {
+            "detection_agreement": (agreement, limits["min_detection_agreement"]),
+            "matched_iou_mean": (matched_iou, limits["min_matched_iou"]),
+        }
+        for name, values in similarities.items():  # the mean over the matched detections, against min_<name>
+            metrics[f"{name}_mean"], metrics[f"{name}_min"] = float(np.mean(values)), float(np.min(values))
+            checks[name] = (float(np.mean(values)), limits[f"min_{name}"])
+        return gate_report(metrics, checks)
 
     def response_result(self, postprocessor: Postprocessor, outputs: Mapping[str, np.ndarray]) -> DetectionResult:
         assert isinstance(postprocessor, DetectionPostprocessor)

@@ -169,6 +169,16 @@ class Head(ABC):
         """Problems of this head with a model input of that size (the consistency check)."""
         return []
 
+    # The head's own precision-gate checks (``min_<metric>`` -> default), judged on the matched detections' extras.
+    gate_defaults: ClassVar[dict[str, float]] = {}
+
+    def gate_similarities(
+        self, reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], i: int, j: int
+    ) -> dict[str, float]:
+        """For a pair of matched detections (row ``i`` of one image's extra answers by role in the reference, row ``j`` in
+        the candidate): each of the head's gate metrics (its ``gate_defaults`` keys without ``min_``), in [0, 1]."""
+        return {}
+
     def extras_to_photo(
         self, found: TensorDetections, raw: Mapping[str, np.ndarray], transforms: np.ndarray, sizes: np.ndarray, boxes: np.ndarray
     ) -> dict[str, np.ndarray]:

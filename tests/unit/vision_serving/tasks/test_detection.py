@@ -287,6 +287,21 @@ def test_the_gate_matches_within_each_class():
     assert not report["checks"]["detection_agreement"]["pass"]
 
 
+def test_the_gate_judges_keypoints_within_a_tenth_of_the_box_diagonal():
+    """A box of diagonal 40 * sqrt(2) ~ 56.6 px: a keypoint 5 px off agrees, one 10 px off does not."""
+    reference = _result([[[10, 10, 50, 50]]], [[0.9]], [[0]])
+    reference.keypoints = np.array([[[[20, 20], [30, 30], [40, 40], [45, 45]]]], np.float32)
+    candidate = _result([[[10, 10, 50, 50]]], [[0.9]], [[0]])
+    candidate.keypoints = reference.keypoints + np.array([0, 5, 0, 10], np.float32)[None, None, :, None] * [1, 0]
+    report = detection.TASK.gate(reference, candidate, detection.TASK.gate_defaults)
+    assert report["metrics"]["keypoint_agreement_mean"] == pytest.approx(0.75)
+    assert report["checks"]["keypoint_agreement"] == {"value": 0.75, "min": 0.9, "pass": False}
+    assert (
+        "keypoint_agreement"
+        not in detection.TASK.gate(_result([[[10, 10, 50, 50]]], [[0.9]], [[0]]), candidate, detection.TASK.gate_defaults)["checks"]
+    )
+
+
 def test_the_dataset_metric_counts_hits_per_class():
     result = _result([[[10, 10, 50, 50], [60, 60, 90, 90]]], [[0.9, 0.8]], [[0, 1]])
     # labels: one circle where it was found, one triangle where a square was found
