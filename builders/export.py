@@ -76,7 +76,7 @@ def _code(kind: SourceKind) -> dict[str, str]:
     """The sha256 of the shared path's code and of the module of the source's kind."""
     root = layout.REPOSITORY_ROOT
     module = Path(inspect.getfile(type(kind))).resolve()
-    names = (*CODE_FILES, module.relative_to(root).as_posix()) if module.is_relative_to(root) else CODE_FILES
+    names = (*CODE_FILES, *kind.code_files, *([module.relative_to(root).as_posix()] if module.is_relative_to(root) else []))
     return {name: sha256_file(root / name) for name in names if (root / name).is_file()}
 
 

@@ -6,6 +6,10 @@
   against a sha256.
 * :func:`convert_to_onnx` runs ``tf2onnx`` in the ``tflite-convert`` build
   environment (:mod:`builders.build_envs`): TensorFlow cannot live in ``.venv``.
+  A model that stores constants sparse (:func:`sparse_tensors`, e.g. MediaPipe's
+  full-range face detector) is first rewritten with them dense and without its
+  ``DENSIFY`` operators (:func:`densify`, :mod:`builders.tflite_densify`, in the
+  same environment), which tf2onnx cannot read.
 * :func:`transpose_conv_params` reads the custom options of MediaPipe's
   ``Convolution2DTransposeBias`` operators from the flatbuffer. tf2onnx drops
   them (the ONNX node has no attributes), so they are the independent record
@@ -21,21 +25,23 @@ The custom options of ``Convolution2DTransposeBias``
 
 from __future__ import annotations
 
+import json
 import struct
 import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from builders import BuildError, Log
+from builders import BuildError, CheckFailed, Log
 from builders.artifacts import atomic_write_bytes, sha256_bytes, sha256_file
 from builders.build_envs import ROOT, run_in_env
 
 WHEELS_DIR = ROOT / ".build" / "cache" / "wheels"
 TFLITE_DIR = ROOT / ".build" / "cache" / "tflite"
 CONVERT_ENV = "tflite-convert"
+DENSIFY_SCRIPT = Path(__file__).resolve().with_name("tflite_densify.py")
 TRANSPOSE_CONV_BIAS = "Convolution2DTransposeBias"
 _TFLITE_PADDING = {1: "SAME", 2: "VALID"}
 _BUILTIN_CUSTOM = 32  # tflite.BuiltinOperator.CUSTOM
@@ -123,16 +129,24 @@ def convert_to_onnx(tflite: Path, output: Path, opset: int, log: Log = _quiet) -
     """``python -m tf2onnx.convert --tflite TFLITE --output OUTPUT --opset OPSET`` in the ``tflite-convert`` env.
 
     Ops tf2onnx does not know (MediaPipe's custom ops) come out as ``TFL_<name>``
-    nodes in the default domain, without their custom options.
+    nodes in the default domain, without their custom options. A model with sparse
+    constants, which tf2onnx cannot read, is densified first (:func:`densify`) into
+    ``<output stem>.dense.tflite`` beside ``output``, and that file is converted.
     """
     if not tflite.is_file():
         raise BuildError(f"no such TFLite model: {tflite}")
     output.parent.mkdir(parents=True, exist_ok=True)
+    converted_from = tflite
+    sparse = sparse_tensors(tflite)
+    if sparse:
+        log(f"{tflite.name} stores {len(sparse)} constant tensor(s) sparse, which tf2onnx cannot read: densifying them first")
+        converted_from = output.with_name(f"{output.stem}.dense.tflite")
+        densify(tflite, converted_from, log)
     temporary = output.with_name(f".{output.name}.convert.tmp")
     try:
         run_in_env(
             CONVERT_ENV,
-            ["-m", "tf2onnx.convert", "--tflite", str(tflite), "--output", str(temporary), "--opset", str(opset)],
+            ["-m", "tf2onnx.convert", "--tflite", str(converted_from), "--output", str(temporary), "--opset", str(opset)],
             log,
         )
         if not temporary.is_file():
@@ -144,6 +158,59 @@ def convert_to_onnx(tflite: Path, output: Path, opset: int, log: Log = _quiet) -
     finally:
         temporary.unlink(missing_ok=True)
     log(f"converted {tflite.name} -> {output} (opset {opset})")
+
+
+def sparse_tensors(tflite: Path) -> list[str]:
+    """The names of the tensors ``tflite`` stores sparse (``Tensor.sparsity`` set), in subgraph and tensor order."""
+    import tflite as tflite_schema  # type: ignore[import-untyped]  # the flatbuffer schema; no type hints
+
+    model = tflite_schema.Model.GetRootAsModel(tflite.read_bytes(), 0)
+    names = []
+    for subgraph_index in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(subgraph_index)
+        for tensor_index in range(subgraph.TensorsLength()):
+            tensor = subgraph.Tensors(tensor_index)
+            if tensor.Sparsity() is not None:
+                names.append((tensor.Name() or b"").decode(errors="replace"))
+    return names
+
+
+def densify(tflite: Path, output: Path, log: Log = _quiet) -> dict[str, Any]:
+    """Write ``output``: ``tflite`` with every sparse constant stored dense and every ``DENSIFY`` operator removed,
+    checked on TFLite's interpreter (:mod:`builders.tflite_densify`, in the ``tflite-convert`` environment).
+
+    Returns its report (``<output stem>.json`` beside it: the tensors, the checks' numbers). A model it cannot
+    densify raises :class:`BuildError`, a failed check :class:`CheckFailed`: one line saying what was found and
+    what is supported.
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    report_path = output.with_suffix(".json")
+    report_path.unlink(missing_ok=True)
+    try:
+        run_in_env(CONVERT_ENV, [str(DENSIFY_SCRIPT), str(tflite), str(output), "--report", str(report_path)], log)
+    except BuildError:
+        failure = _read_report(report_path)
+        if "error" not in failure:
+            raise
+        error = CheckFailed if failure.get("check_failed") else BuildError
+        raise error(f"cannot densify {tflite.name}: {failure['error']}") from None
+    report = _read_report(report_path)
+    tensors, check = report["tensors"], report["verification"]
+    types = sorted({tensor["type"] for tensor in tensors})
+    log(
+        f"densified {len(tensors)} sparse tensor(s) ({', '.join(types)}) and removed {report['densify_ops_removed']} DENSIFY operator(s): "
+        f"{output.name}; on TFLite's interpreter {check['densify_outputs_equal']} DENSIFY output(s) equal the constants bit for bit, "
+        f"outputs max |Δ| {check['max_abs_diff']:.1e} on {check['random_inputs']} random inputs"
+    )
+    return report
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def drop_unused_opset_imports(path: Path) -> list[str]:

@@ -63,6 +63,8 @@ class SourceKind:
     key: str  # the recipe's kind
     description: str  # one line: where the model comes from and how it becomes ONNX
     stage_source: bool = False  # whether a second stage ([stages.<role>]) may come from it
+    # Code besides its own module whose change makes the export run again (a converter's helpers), repository-relative.
+    code_files: tuple[str, ...] = ()
 
     def validate(self, source: Source, where: str) -> None:
         """Raise :class:`RecipeError` (one line starting with ``where``) when ``source`` lacks what this kind needs."""

@@ -66,4 +66,5 @@ class TfliteFile(PinnedFile):
 KIND = TfliteFile(
     key="tflite",
     description="a .tflite file inside a pinned wheel, pinned by its sha256, converted by tf2onnx in its own environment",
+    code_files=("builders/tflite.py", "builders/tflite_densify.py"),
 )
