@@ -4,8 +4,9 @@ Each named step (``export``, ``check``, ``fix``, ``quantize``, ``evaluate``,
 ``select-precision``, ``drift-reference``, ``build-engine``, ``verify-plan``)
 is a module with a plain function and a subcommand of ``python -m builders``
 (:mod:`builders.cli`) that runs on one pipeline (``--pipeline``); ``all`` runs
-the CPU steps of every pipeline in order, and ``new-pipeline`` starts a
-pipeline folder. Steps read tensor names, dims and preprocessing parameters
+the CPU steps of every pipeline in order, ``new-pipeline`` starts a
+pipeline folder, and ``configs`` writes the configs generated from each
+core's ``config.pbtxt`` (its CPU variants, the dims that mirror it). Steps read tensor names, dims and preprocessing parameters
 from the model repository's configs, never from literals, and record the
 hashes of their inputs beside what they write.
 """

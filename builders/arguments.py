@@ -39,7 +39,7 @@ def resolve_pipeline(args: argparse.Namespace) -> None:
     """Set ``args.repository`` to the chosen pipeline's folder (its own Triton model repository) and
     ``args.loaded`` to the pipeline loaded once (configs, task, recipe) for the steps that build it."""
     args.loaded = None
-    if args.step in ("all", "new-pipeline", "same-tensorrt"):
+    if args.step in ("all", "new-pipeline", "same-tensorrt", "configs"):  # configs chooses its own (--pipeline or --all)
         return
     if args.step == "check" and args.model is not None and not args.pipeline:
         args.repository = None  # an explicit model file: no pipeline is read

@@ -17,7 +17,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from builders import arguments, tensorrt_engine
+from builders import arguments, model_configs, tensorrt_engine
 
 StepAdder = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]", argparse.ArgumentParser], None]
 
@@ -261,6 +261,7 @@ STEPS: tuple[StepAdder, ...] = (
     tensorrt_engine.add_verify_plan_step,
     _add_all,
     _add_new_pipeline,
+    model_configs.add_step,
 )
 
 

@@ -186,16 +186,16 @@ def own_classifier(clone, builds, tmp_path_factory) -> Future[str]:
     edit(recipe, r"^exclude = .*?$", "exclude = []")
     edit(recipe, r"^samples = .*?$", "samples = 64")
     edit(recipe, r"^\[golden\].*", "[golden]\n")
-    # 4. The configs: your model's input size and class count, and its preprocessing.
-    for config in (folder / f"{CLASSIFIER}_core").rglob("*.pbtxt"):
-        edit(config, r"dims: \[ 3, 224, 224 \]", "dims: [ 3, 32, 32 ]")
-        edit(config, r"dims: \[ 1000 \]", "dims: [ 4 ]")
+    # 4. The configs: your model's input size and class count in the core's config.pbtxt (the command carries them
+    # to its CPU variants, the preprocess's pixels and the postprocess's logits), and its preprocessing.
+    core = folder / f"{CLASSIFIER}_core" / "config.pbtxt"
+    edit(core, r"^    dims: \[ 3, 224, 224 \]", "    dims: [ 3, 32, 32 ]")
+    edit(core, r"dims: \[ 1000 \]", "dims: [ 4 ]")
+    run("-m", "builders", "configs", "--pipeline", CLASSIFIER, *where)
     preprocess = folder / f"{CLASSIFIER}_preprocess" / "config.pbtxt"
-    edit(preprocess, r"dims: \[ 3, 224, 224 \]", "dims: [ 3, 32, 32 ]")
     edit(preprocess, r'"resize_shorter_side", value: \{ string_value: "256" \}', '"resize_shorter_side", value: { string_value: "36" }')
     edit(preprocess, r'"mean", value: \{ string_value: "[^"]*" \}', '"mean", value: { string_value: "127.5,127.5,127.5" }')
     postprocess = folder / f"{CLASSIFIER}_postprocess" / "config.pbtxt"
-    edit(postprocess, r"dims: \[ 1000 \]", "dims: [ 4 ]")
     edit(postprocess, r'"top_k", value: \{ string_value: "5" \}', '"top_k", value: { string_value: "2" }')
     # 5. Check, then build.
     assert "ok: " in run("-m", "vision_serving.consistency", "--repository", str(clone))
@@ -216,10 +216,9 @@ def landscape_segmenter(clone, builds) -> Future[str]:
     recipe = folder / "pipeline.toml"
     edit(recipe, r'^member = ".*?"$', f'member = "{LANDSCAPE_MEMBER}"')
     edit(recipe, r'^sha256 = ".*?"$', f'sha256 = "{member_sha256}"')
-    # Its input and output are 144 high, 256 wide: the same edit in every config of the folder.
-    for config in folder.rglob("*.pbtxt"):
-        if "256, 256" in config.read_text():
-            edit(config, r"256, 256", "144, 256")
+    # Its input and output are 144 high, 256 wide: the core's config.pbtxt, then the command for the other configs.
+    edit(folder / f"{SEGMENTER}_core" / "config.pbtxt", r"256, 256", "144, 256")
+    run("-m", "builders", "configs", "--pipeline", SEGMENTER, *where)
     assert "ok: " in run("-m", "vision_serving.consistency", "--repository", str(clone))
     return build(builds, SEGMENTER, clone)
 

@@ -98,20 +98,30 @@ def test_command_line_lists_problems_and_exits_1(root, copied):
             'input_map { key: "image"',
             "input_map key 'image' is not an input of the model",
         ),
-        ("core", "configs/cpu.pbtxt", "dims: [ 1000 ]", "dims: [ 1001 ]", "differ in inputs, outputs or max_batch_size"),
+        ("core", "configs/cpu.pbtxt", "dims: [1000]", "dims: [1001]", "differ in inputs, outputs or max_batch_size"),
+        # A generated variant edited by hand (vision_serving.config_variants): the file, the field, the command.
+        (
+            "core",
+            "configs/cpu_openvino.pbtxt",
+            "max_queue_size: 16",
+            "max_queue_size: 17",
+            "image_classifier_core/configs/cpu_openvino.pbtxt differs from what generation gives: "
+            "dynamic_batching.default_queue_policy.max_queue_size is 17, generated 16",
+        ),
+        ("core", "config.pbtxt", "dims: [ 1000 ]", "dims: [ 1001 ]", "run `python -m builders configs --pipeline image_classifier`"),
         ("core", "config.pbtxt", "dims: [ 3, 224, 224 ]", "dims: [ 3, 256, 256 ]", "expects TYPE_UINT8[3, 256, 256]"),
         (
             "core",
             "configs/cpu.pbtxt",
-            "dims: [ 3, 224, 224 ] zero_data",
-            "dims: [ 3, 256, 256 ] zero_data",
+            "dims: [3, 224, 224] zero_data",
+            "dims: [3, 256, 256] zero_data",
             "configs/cpu.pbtxt: model_warmup 'zeros_batch_1': 'images' dims [3, 256, 256] do not fit the input's [3, 224, 224]",
         ),
         (
             "core",
             "configs/cpu.pbtxt",
-            "data_type: TYPE_UINT8 dims: [ 3, 224, 224 ] zero_data",
-            "data_type: TYPE_FP32 dims: [ 3, 224, 224 ] zero_data",
+            "data_type: TYPE_UINT8 dims: [3, 224, 224] zero_data",
+            "data_type: TYPE_FP32 dims: [3, 224, 224] zero_data",
             "model_warmup 'zeros_batch_1': 'images' is TYPE_FP32, the input is TYPE_UINT8",
         ),
         (
@@ -292,8 +302,8 @@ def test_openvino_backend_config_is_checked_offline(copied):
     edit(config, '"NUM_STREAMS"', '"NUM_STREAM"')
     edit(
         config,
-        '{ key: "ENABLE_BATCH_PADDING", value: { string_value: "YES" } }',
-        '{ key: "ENABLE_BATCH_PADDING", value: { string_value: "NO" } }',
+        '{ key: "ENABLE_BATCH_PADDING" value { string_value: "YES" } }',
+        '{ key: "ENABLE_BATCH_PADDING" value { string_value: "NO" } }',
     )
     copied.served_precision.parent.mkdir(parents=True, exist_ok=True)
     copied.served_precision.write_text('{"precision": "fp16", "onnx": "model_fp16.onnx", "onnx_sha256": "0"}')

@@ -42,3 +42,12 @@ def test_the_measured_variants_are_configs_of_that_runtime():
     for runtime in cpu_runtimes.RUNTIMES.values():
         names = {variant.name for variant in runtime.configs}
         assert {variant.config for variant in runtime.measured} <= names, runtime.name
+
+
+def test_every_core_config_variant_is_listed_once():
+    """Each runtime's configs, then Triton's own openvino backend's (no ``runtime`` parameter: not a Python-backend runtime)."""
+    names = [variant.name for variant in cpu_runtimes.config_variants()]
+    assert len(names) == len(set(names))
+    assert names == [variant.name for runtime in cpu_runtimes.RUNTIMES.values() for variant in runtime.configs] + ["cpu_openvino_backend"]
+    assert cpu_runtimes.OPENVINO_BACKEND.backend == "openvino" and "runtime" not in cpu_runtimes.OPENVINO_BACKEND.parameters
+    assert [variant.name for variant in cpu_runtimes.config_variants() if variant.warmup] == ["cpu"]
