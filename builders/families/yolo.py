@@ -491,18 +491,17 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
             f'"""Triton entry point; the model lives in vision_serving.triton_models.{role} (shared by every pipeline)."""\n\n'
             f"from vision_serving.triton_models.{role} import TritonPythonModel  # noqa: F401\n"
         )
-    for variant, (what, backend, parameters, count, delay) in CPU_VARIANTS.items():
-        written[f"{name}_core/configs/{variant}.pbtxt"] = _config(
-            f"{header}\n# {what}: `tritonserver --model-config-name={variant}`; the same tensors as config.pbtxt.",
-            name=f"{name}_core",
-            **backend,
-            max_batch_size=max_batch,
-            **_core_io(model),
-            parameters=parameters,
-            dynamic_batching=_batching(delay, queue),
-            instance_group=_instances("KIND_CPU", count),
-        )
+    written.update(cpu_variant_files(name, written[f"{name}_core/config.pbtxt"]))
     return written
+
+
+def cpu_variant_files(name: str, core_config_text: str) -> dict[str, str]:
+    """The core's CPU variants (``<name>_core/configs/<variant>.pbtxt``), generated from its config.pbtxt as
+    ``python -m builders configs`` generates them (:mod:`vision_serving.config_variants`)."""
+    from vision_serving import config_variants, model_config
+
+    core = model_config.parse_config_text(core_config_text)
+    return {f"{name}_core/{relative}": text for relative, text in config_variants.variant_files(core, name).items()}
 
 
 def _thresholds() -> list[dict[str, Any]]:
@@ -686,6 +685,10 @@ def scaffold(name: str, target: Path, model_path: Path, labels: Path | None, hea
         if not match:
             raise BuildError(f"--imgsz {imgsz!r}: expected H,W (or one number for a square input)")
         size = (int(match.group(1)), int(match.group(2) or match.group(1)))
+    from builders.families import yolo_classify  # an Ultralytics classify export: a classification pipeline
+
+    if yolo_classify.is_classify(model_path):
+        return yolo_classify.scaffold(name, target, model_path, labels, head, size, log)
     model = inspect(model_path, labels, head, size)
     log(
         f"{model_path.name}: {model.head} head, {len(model.names)} classes ({', '.join(model.names[:5])}{', ...' if len(model.names) > 5 else ''}), "

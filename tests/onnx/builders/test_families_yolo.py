@@ -149,7 +149,7 @@ def test_a_shape_that_fits_two_heads_needs_head(tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"metadata": {**ULTRALYTICS, "imgsz": "[64, 96]", "task": "segment"}}, "is an Ultralytics 'segment' model; supported: 'detect'"),
+        ({"metadata": {**ULTRALYTICS, "imgsz": "[64, 96]", "task": "depth"}}, "is an Ultralytics 'depth' model; supported: 'detect'"),
         ({"metadata": {**ULTRALYTICS, "imgsz": "[64, 96]", "end2end": "True"}}, "but its metadata says NMS is in the model (end2end)"),
         ({"input_dims": [1, 3, "h", "w"], "metadata": {"names": "['cat', 'dog', 'bird']"}}, "the input size is dynamic"),
         (
@@ -159,7 +159,7 @@ def test_a_shape_that_fits_two_heads_needs_head(tmp_path):
         ({"input_dims": [1, 64, 96, 3]}, "m.onnx: input 'images' is float32 [1, 64, 96, 3]; supported: a float32 [N, 3, H, W] image"),
         ({"output_type": onnx.TensorProto.FLOAT16}, "m.onnx: output 'output0' is float16; supported: float32"),
     ],
-    ids=["segment-task", "end2end-metadata-on-a-raw-head", "dynamic-size-without-imgsz", "uint8-input", "nhwc-input", "float16-output"],
+    ids=["unserved-task", "end2end-metadata-on-a-raw-head", "dynamic-size-without-imgsz", "uint8-input", "nhwc-input", "float16-output"],
 )
 def test_unsupported_models_are_refused_in_one_line(tmp_path, change, message):
     with pytest.raises(yolo.UnsupportedModel) as raised:
