@@ -98,7 +98,14 @@ def server_environment() -> dict[str, str]:
     jemalloc = jemalloc_library(env)
     if jemalloc is not None:
         env["LD_PRELOAD"] = os.pathsep.join([str(jemalloc), *([env["LD_PRELOAD"]] if env.get("LD_PRELOAD") else [])])
+        env.update(PRELOAD_COMPANIONS)
     return env
+
+
+# What a preloaded allocator needs beside it. oneTBB (OpenVINO's threading) opens its topology library with
+# RTLD_DEEPBIND, so hwloc frees with glibc what libc allocated with jemalloc: OpenVINO's compile_model aborts with
+# "free(): invalid pointer". TBB_ENABLE_SANITIZERS=1 opens it without RTLD_DEEPBIND (oneTBB's own workaround).
+PRELOAD_COMPANIONS = {"TBB_ENABLE_SANITIZERS": "1"}
 
 
 def jemalloc_library(env: Mapping[str, str]) -> Path | None:

@@ -76,6 +76,9 @@ if [[ "${VISION_SERVING_MALLOC:-jemalloc}" == jemalloc ]]; then
     done
     if [[ -n "$jemalloc" ]]; then
         export LD_PRELOAD="$jemalloc${LD_PRELOAD:+:$LD_PRELOAD}"
+        # oneTBB (OpenVINO) opens hwloc with RTLD_DEEPBIND, which then frees with glibc what jemalloc allocated:
+        # OpenVINO's compile_model aborts ("free(): invalid pointer"). This opens it without (oneTBB's workaround).
+        export TBB_ENABLE_SANITIZERS=1
         echo "$me: allocator: jemalloc ($jemalloc)" >&2
     else
         echo "$me: warning: jemalloc not found (${JEMALLOC_LIBRARY:-/usr/lib/$arch-linux-gnu/libjemalloc.so[.2]}): glibc's malloc, whose memory grows under uploads of every size" >&2

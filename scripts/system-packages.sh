@@ -2,6 +2,7 @@
 # Debian packages the tests run for real, installed only when their tools are missing:
 #   prometheus   (2.42: `prometheus` and `promtool`; devtools/prometheus.py, the alert-rule tests)
 #   nginx-light  (nginx with grpc_pass; devtools/proxy.py)
+#   libjemalloc2 (the allocator the local server preloads, as the server image does; devtools/triton_server.py)
 # As root: apt-get update + apt-get install --no-install-recommends, without starting the
 # packages' services (a temporary /usr/sbin/policy-rc.d answers 101 "action forbidden" to
 # their postinst's invoke-rc.d / deb-systemd-invoke; on a systemd host the units are also
@@ -22,9 +23,15 @@ main() {
       [[ " ${packages[*]} " == *" $package "* ]] || packages+=("$package")
     fi
   done
+  # jemalloc, which the local server preloads as the server image does (devtools/triton_server.py): a library, no tool.
+  local jemalloc="${JEMALLOC_GLOB:-/usr/lib/*-linux-gnu/libjemalloc.so.2}" missing=("${missing_tools[@]}")
+  if ! compgen -G "$jemalloc" >/dev/null; then
+    missing+=(libjemalloc.so.2)
+    packages+=(libjemalloc2)
+  fi
   [ "${#packages[@]}" -eq 0 ] && return 0
 
-  local what="missing ${missing_tools[*]}: install the Debian package(s) ${packages[*]} (as root: apt-get install -y --no-install-recommends ${packages[*]})"
+  local what="missing ${missing[*]}: install the Debian package(s) ${packages[*]} (as root: apt-get install -y --no-install-recommends ${packages[*]})"
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     if [ -n "${CI:-}" ]; then
       echo "system-packages: error: $what" >&2
@@ -60,6 +67,10 @@ main() {
       return 2
     fi
   done
+  if ! compgen -G "$jemalloc" >/dev/null; then
+    echo "system-packages: error: libjemalloc.so.2 still missing after installing ${packages[*]}" >&2
+    return 2
+  fi
 }
 
 POLICY="${POLICY_RC_D:-/usr/sbin/policy-rc.d}"  # POLICY_RC_D: another path, for its tests only

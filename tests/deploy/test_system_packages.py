@@ -98,3 +98,25 @@ def test_root_keeps_an_existing_policy_and_reports_a_failed_install(tmp_path):
     assert completed.returncode == 2
     assert completed.stderr.splitlines()[-1].startswith("system-packages: error: apt-get install prometheus")
     assert policy.read_text() == "#!/bin/sh\nexit 101\n", "a policy-rc.d that was there stays"
+
+
+def test_root_installs_jemalloc_when_the_library_is_missing(tmp_path):
+    """jemalloc is a library, not a tool: its file is looked for (JEMALLOC_GLOB here points nowhere)."""
+    bin_dir = tmp_path / "bin"
+    log = tmp_path / "apt-get.log"
+    fake(bin_dir, "id", "echo 0")
+    for tool in ("prometheus", "promtool", "nginx"):
+        fake(bin_dir, tool, "")
+    library = tmp_path / "lib" / "libjemalloc.so.2"
+    library.parent.mkdir()
+    fake(bin_dir, "apt-get", f'echo "$*" >> {log}; [ "$1" = install ] && touch {library}; true')
+    completed = run(bin_dir, tmp_path, JEMALLOC_GLOB=str(library))
+    assert completed.returncode == 0, completed.stderr
+    assert log.read_text().splitlines()[-1] == "install -y -qq --no-install-recommends libjemalloc2"
+    assert completed.stderr.splitlines() == ["system-packages: installing libjemalloc2 (apt-get)..."]
+    library.unlink()
+    fake(bin_dir, "apt-get", f'echo "$*" >> {log}')  # an install that leaves it missing
+    completed = run(bin_dir, tmp_path, JEMALLOC_GLOB=str(library))
+    assert completed.returncode == 2 and completed.stderr.splitlines()[-1].startswith(
+        "system-packages: error: libjemalloc.so.2 still missing"
+    )

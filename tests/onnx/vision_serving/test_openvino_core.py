@@ -140,3 +140,36 @@ def test_run_from_several_threads_answers_each_its_own_input(tmp_path, openvino_
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert all(pool.map(check, range(4)))
+
+
+def test_openvino_compiles_under_the_servers_preloaded_jemalloc():
+    """The local server and the image's entrypoint preload jemalloc; OpenVINO's compile_model then aborted
+    ("free(): invalid pointer": oneTBB opens hwloc with RTLD_DEEPBIND) until the server's environment set
+    TBB_ENABLE_SANITIZERS. The core loads and runs in a process with exactly that environment."""
+    import subprocess
+    import sys
+
+    from devtools import triton_server
+
+    env = triton_server.server_environment()
+    if triton_server.jemalloc_library(env) is None:
+        pytest.fail("no libjemalloc.so.2: run ./scripts/system-packages.sh as root (Debian's libjemalloc2)")
+    pipeline = built_classifier()
+    script = (
+        "from pathlib import Path\n"
+        "import numpy as np\n"
+        "from vision_serving import cpu_core, model_config\n"
+        f"config = model_config.load_config({str(CLASSIFIER.core_dir)!r}, 'cpu_openvino_fp32')\n"
+        f"core = cpu_core.load(config, Path({str(pipeline.core_version_dir)!r}))\n"
+        "(image,) = config.input\n"
+        "(out,) = core.run({image.name: np.zeros((2, *image.dims), model_config.numpy_dtype(image.data_type))})\n"
+        "print('ran', out.shape)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=layout.REPOSITORY_ROOT)
+    assert done.returncode == 0 and "ran (2, " in done.stdout, done.stderr[-2000:]
+    # The same process without the companion setting: the crash this guards against (where this oneTBB still has it).
+    bare = {key: value for key, value in env.items() if key not in triton_server.PRELOAD_COMPANIONS}
+    crashed = subprocess.run(
+        [sys.executable, "-c", script], env=bare, capture_output=True, text=True, timeout=300, cwd=layout.REPOSITORY_ROOT
+    )
+    print(f"without {', '.join(triton_server.PRELOAD_COMPANIONS)}: exit {crashed.returncode} {crashed.stderr.strip()[-80:]!r}")
