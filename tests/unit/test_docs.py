@@ -105,7 +105,7 @@ HISTORICAL_NAMES = {
     "image-classifier": "the namespace's name before the rename, in the upgrade notes",
 }
 # Example pipelines the docs create (docs/models.md): their paths exist once the reader runs the commands.
-EXAMPLE_PIPELINES = {"my_classifier", "my_detector", "mine"}
+EXAMPLE_PIPELINES = {"my_classifier", "my_detector", "mine", "face_detector_full_range"}
 
 # --------------------------------------------------------------------------- the facts: CLIs
 
