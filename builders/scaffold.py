@@ -22,14 +22,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 from builders import BuildError, Log, stderr_logger
-from builders.families import yolo
+from builders.families import yolo, yolo_classify
 from vision_serving import layout
 
 log_to_stderr = stderr_logger("new-pipeline")
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 BUILT = ("*.onnx", "*.plan", "*.json", "*.timing.cache", "*.tmp", "__pycache__")
+
+
 # Families: what --from names besides a pipeline; each writes the folder from the model file.
-FAMILIES: dict[str, Callable[[str, Path, Path, Path | None, str | None, str | None, Log], None]] = {"yolo": yolo.scaffold}
+def _ultralytics(name: str, target: Path, model: Path, labels: Path | None, head: str | None, imgsz: str | None, log: Log) -> None:
+    """An Ultralytics export: a classify model becomes a classification pipeline, the tasks of the detection heads a
+    detection pipeline."""
+    size = yolo.parse_imgsz(imgsz)
+    if yolo_classify.is_classify(model):
+        yolo_classify.scaffold(name, target, model, labels, head, size, log)
+    else:
+        yolo.scaffold(name, target, model, labels, head, size, log)
+
+
+FAMILIES: dict[str, Callable[[str, Path, Path, Path | None, str | None, str | None, Log], None]] = {"yolo": _ultralytics}
 
 
 def new_pipeline(

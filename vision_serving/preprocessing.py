@@ -20,6 +20,14 @@ model input's height and width are the pixel output's dims:
   ``round(d / 2 - 0.1)`` before and ``round(d / 2 + 0.1)`` after
   (:func:`yolo_letterbox`).
 
+The ``interpolation`` parameter names OpenCV's filters (``bilinear``, ``bicubic``, ``nearest``) or
+Pillow's (:data:`PIL_INTERPOLATIONS`: ``pil_bilinear``), the latter for ``center_crop`` and
+``stretch`` only: ``Image.resize`` itself, antialiased when it shrinks (its filter's support widens
+with the scale), exactly as torchvision's ``Resize`` computes on a PIL image; Ultralytics' classify
+predictor (``classify_transforms``: ``Resize`` of the shorter side to the model's size,
+``CenterCrop``; a non-square size is resized to it whole) gets its pixels this way
+(:func:`pil_resize`).
+
 Every mode also gives each image's **tensor transform** (:func:`tensor_transforms`):
 ``(scale_x, scale_y, offset_x, offset_y)`` with ``tensor = image * scale +
 offset``, in pixels; a postprocess model that maps results back to the photo
@@ -62,6 +70,7 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
+from PIL import Image
 
 from . import heif, image_to_tensor, model_config
 from .image_codec import Decoded, ImageError, ImageLimits, MinimumSize, decode
@@ -71,6 +80,10 @@ INTERPOLATIONS = {
     "bilinear": cv2.INTER_LINEAR,
     "nearest": cv2.INTER_NEAREST,
 }
+# Pillow's filters (PIL.Image.Resampling names), antialiased when they shrink: torchvision's Resize on a PIL image.
+PIL_INTERPOLATIONS = {"pil_bilinear": "BILINEAR"}
+# The resize modes that take a Pillow filter (the letterboxes reproduce OpenCV-based references).
+PIL_MODES = ("center_crop", "stretch")
 LAYOUTS = ("NCHW", "NHWC")
 # The pixel output's data type (its config spelling) -> what the preprocess hands the core.
 PIXEL_DTYPES = {"FP32": "float32", "UINT8": "uint8"}
@@ -125,8 +138,19 @@ class PreprocessSpec:
             raise model_config.ConfigError(f"resize_reducing_gap must be 0 (off) or >= 1, got {self.resize_reducing_gap}")
         if self.resize not in RESIZE_MODES:
             raise model_config.ConfigError(f"resize {self.resize!r} is not one of {RESIZE_MODES}")
-        if self.interpolation not in INTERPOLATIONS:
-            raise model_config.ConfigError(f"interpolation {self.interpolation!r} is not one of {sorted(INTERPOLATIONS)}")
+        if self.interpolation not in INTERPOLATIONS and self.interpolation not in PIL_INTERPOLATIONS:
+            raise model_config.ConfigError(
+                f"interpolation {self.interpolation!r} is not one of {sorted(INTERPOLATIONS) + sorted(PIL_INTERPOLATIONS)}"
+            )
+        if self.interpolation in PIL_INTERPOLATIONS and self.resize not in PIL_MODES:
+            raise model_config.ConfigError(
+                f"interpolation {self.interpolation!r} (Pillow's) applies to resize {' or '.join(PIL_MODES)}, not {self.resize!r}"
+            )
+        if self.interpolation in PIL_INTERPOLATIONS and self.resize_reducing_gap != 0:
+            raise model_config.ConfigError(
+                f"resize_reducing_gap does not apply to interpolation {self.interpolation!r} (Pillow's filters are antialiased): "
+                "set it to 0 or remove it"
+            )
         if self.layout not in LAYOUTS:
             raise model_config.ConfigError(f"layout {self.layout!r} is not one of {LAYOUTS}")
         if self.color_order not in COLOR_ORDERS:
@@ -364,8 +388,37 @@ def yolo_letterbox(
     return out
 
 
+def pil_resize(
+    image: np.ndarray, width: int, height: int, interpolation: str, box: tuple[float, float, float, float] | None = None
+) -> np.ndarray:
+    """HxWx3 uint8 -> width x height x 3 uint8 by Pillow's ``Image.resize`` with the filter ``interpolation`` (a
+    :data:`PIL_INTERPOLATIONS` name): what torchvision's ``Resize`` computes on a PIL image (antialiased when it
+    shrinks; Pillow's fixed-point arithmetic, the horizontal pass first, each rounded to 8 bits). ``box``: the region
+    (left, top, right, bottom, in the image's pixels) resampled onto the output instead of the whole image."""
+    source = Image.fromarray(np.ascontiguousarray(image))
+    return np.asarray(source.resize((width, height), getattr(Image.Resampling, PIL_INTERPOLATIONS[interpolation]), box=box))
+
+
+def _pil_center_crop(image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
+    """torchvision's ``Resize(shorter side)`` + ``CenterCrop`` on a PIL image: Pillow resizes the whole image, then the
+    crop is cut. An elongated image (beyond ``MAX_RESIZE_AREA_RATIO``) resamples only the crop's region (Pillow's
+    ``box``: the same filter centred on the same points, up to the float rounding of the box's corners)."""
+    height, width = image.shape[:2]
+    new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
+    left, top = _crop_origin(new_width, new_height, spec.width, spec.height)
+    if new_width * new_height <= MAX_RESIZE_AREA_RATIO * spec.width * spec.height:
+        if (new_width, new_height) == (width, height):  # torchvision's Resize hands the image on unchanged
+            return image[top : top + spec.height, left : left + spec.width]
+        return pil_resize(image, new_width, new_height, spec.interpolation)[top : top + spec.height, left : left + spec.width]
+    scale_x, scale_y = width / new_width, height / new_height
+    box = (left * scale_x, top * scale_y, (left + spec.width) * scale_x, (top + spec.height) * scale_y)
+    return pil_resize(image, spec.width, spec.height, spec.interpolation, box)
+
+
 def _center_crop(image: np.ndarray, spec: PreprocessSpec, out: np.ndarray | None) -> np.ndarray:
     """Resize the shorter side, then center-crop (one affine warp of the crop for elongated images)."""
+    if spec.interpolation in PIL_INTERPOLATIONS:
+        return _written(_pil_center_crop(image, spec), out)
     height, width = image.shape[:2]
     new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
     left, top = _crop_origin(new_width, new_height, spec.width, spec.height)
@@ -414,14 +467,25 @@ def resize_and_crop(
     is a reduced decode of it (:func:`decode_minimum`): ``stretch``, ``letterbox`` and
     ``yolo_letterbox`` keep the photo's geometry; ``center_crop`` scales the image it is given.
     """
+    if spec.resize == "stretch" and spec.interpolation in PIL_INTERPOLATIONS:
+        # The whole image onto the tensor by Pillow (a reduced decode covers the same photo: the geometry is the same).
+        return _written(pil_resize(image, spec.width, spec.height, spec.interpolation), out)
+    if spec.resize == "center_crop":
+        return _center_crop(image, spec, out)
     interpolation = INTERPOLATIONS[spec.interpolation]
     if spec.resize == "stretch":
         return stretch(image, spec.width, spec.height, interpolation, out, size)
     if spec.resize == "letterbox":
         return letterbox(image, spec.width, spec.height, interpolation, out, size)
-    if spec.resize == "yolo_letterbox":
-        return yolo_letterbox(image, spec.width, spec.height, interpolation, spec.pad_value, out, size)
-    return _center_crop(image, spec, out)
+    return yolo_letterbox(image, spec.width, spec.height, interpolation, spec.pad_value, out, size)
+
+
+def _written(pixels: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``pixels`` in ``out`` when given, else as a C-contiguous array of their own."""
+    if out is None:
+        return np.ascontiguousarray(pixels)
+    out[...] = pixels
+    return out
 
 
 def tensor_transforms(sizes: np.ndarray, spec: PreprocessSpec) -> np.ndarray:

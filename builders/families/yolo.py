@@ -76,7 +76,7 @@ class YoloModel:
     output_shapes: tuple[tuple[int | str, ...], ...]  # each output's, batch dim first
     head: str
     names: tuple[str, ...]
-    static_batch: bool
+    static_batch: bool  # the batch dim is fixed in the file (1, Ultralytics' default, or export(batch=B)'s B)
     ultralytics: bool  # the export carries Ultralytics' metadata
     # The fix passes for what TensorRT refuses in the export's types (builders.trt_compat's hints: NonZero on BOOL and
     # Clip on INT64 in Ultralytics' nms=True exports).
@@ -84,6 +84,7 @@ class YoloModel:
     # Ultralytics' nms=True export unrolls its NMS loop over the batch it was exported with (``batch``; 1 unless given):
     # images past it would get no detections, so no run may hold more. None: no such loop.
     unrolled_batch: int | None = None
+    fixed_batch: int = 1  # that batch, where it is fixed
     static_size: bool = True  # the input's height and width are fixed in the file (else dynamic=True: fixed by batch_dimension)
 
     task: str = "detect"  # Ultralytics' task (its metadata's): the heads considered are that task's
@@ -239,7 +240,8 @@ def inspect(path: Path, labels: Path | None = None, head: str | None = None, img
         output_shapes=tuple(out_shapes),
         head=chosen,
         names=names,
-        static_batch=in_shape[0] == 1,
+        static_batch=isinstance(in_shape[0], int) and in_shape[0] > 0,
+        fixed_batch=in_shape[0] if isinstance(in_shape[0], int) and in_shape[0] > 0 else 1,
         static_size=all(isinstance(d, int) and d > 0 for d in in_shape[2:]),
         ultralytics="imgsz" in metadata,
         type_fixes=_type_fixes(model, path.name),
@@ -370,14 +372,22 @@ def batch_passes(model: YoloModel, path: Path, log: Log) -> tuple[list[str], int
         session = create_session(probe)
         images = np.random.default_rng(0).random((2, 3, model.height, model.width), dtype=np.float32)
         name = session.get_inputs()[0].name
-        together = session.run(None, {name: images})[0]
-        alone = np.concatenate([session.run(None, {name: images[i : i + 1]})[0] for i in range(2)])
-        if together.shape == alone.shape and np.allclose(together, alone, atol=1e-3, rtol=1e-3):
-            log(f"the static batch of 1 becomes dynamic ({', '.join(BATCH_PASSES[1:])}): max_batch_size {MAX_BATCH}")
+        together = session.run(None, {name: images})
+        alone = [session.run(None, {name: images[i : i + 1]}) for i in range(2)]
+        if all(
+            np.allclose(batched, np.concatenate([one[index] for one in alone]), atol=1e-3, rtol=1e-3)
+            for index, batched in enumerate(together)
+            if batched.shape[0] == 2
+        ) and all(batched.shape[0] == 2 for batched in together):
+            log(f"the static batch of {model.fixed_batch} becomes dynamic ({', '.join(BATCH_PASSES[1:])}): max_batch_size {MAX_BATCH}")
             return [*cast, *BATCH_PASSES], MAX_BATCH
         reason = "a batch of 2 gives other answers than its images one by one"
     except Exception as error:  # a pass or onnxruntime refusing the rewritten graph
         reason = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+    if model.fixed_batch != 1:
+        raise UnsupportedModel(
+            f"its static batch of {model.fixed_batch} cannot be made dynamic ({reason}): export with batch=1 or dynamic=True"
+        )
     log(f"the static batch of 1 cannot be made dynamic ({reason}): the pipeline serves batch 1; export with dynamic=True to batch")
     return [*cast, "stable_io_names"], 1
 
@@ -677,18 +687,20 @@ def _core_config_file(header: str, name: str, model: YoloModel, max_batch: int, 
     )
 
 
-def scaffold(name: str, target: Path, model_path: Path, labels: Path | None, head: str | None, imgsz: str | None, log: Log) -> None:
-    """Write the pipeline folder ``target`` for the YOLO ONNX ``model_path``."""
-    size = None
-    if imgsz:
-        match = re.fullmatch(r"\s*(\d+)\s*(?:,\s*(\d+)\s*)?", imgsz)
-        if not match:
-            raise BuildError(f"--imgsz {imgsz!r}: expected H,W (or one number for a square input)")
-        size = (int(match.group(1)), int(match.group(2) or match.group(1)))
-    from builders.families import yolo_classify  # an Ultralytics classify export: a classification pipeline
+def parse_imgsz(imgsz: str | None) -> tuple[int, int] | None:
+    """``--imgsz H,W`` (or one number for a square input) as (height, width); None when not given."""
+    if not imgsz:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*(?:,\s*(\d+)\s*)?", imgsz)
+    if not match:
+        raise BuildError(f"--imgsz {imgsz!r}: expected H,W (or one number for a square input)")
+    return int(match.group(1)), int(match.group(2) or match.group(1))
 
-    if yolo_classify.is_classify(model_path):
-        return yolo_classify.scaffold(name, target, model_path, labels, head, size, log)
+
+def scaffold(
+    name: str, target: Path, model_path: Path, labels: Path | None, head: str | None, size: tuple[int, int] | None, log: Log
+) -> None:
+    """Write the pipeline folder ``target`` for the YOLO ONNX ``model_path`` (a task some detection head serves)."""
     model = inspect(model_path, labels, head, size)
     log(
         f"{model_path.name}: {model.head} head, {len(model.names)} classes ({', '.join(model.names[:5])}{', ...' if len(model.names) > 5 else ''}), "

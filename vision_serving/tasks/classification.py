@@ -1,14 +1,16 @@
-"""The classification task: logits -> top-k labels, scores and class ids.
+"""The classification task: logits (or probabilities) -> top-k labels, scores and class ids.
 
 Postprocess config (``task: "classification"``): ``top_k`` (the default k), ``labels_file``
-(one label per line in class-id order, beside the config). Tensors by role: the required
-FP32 ``[C]`` logits, an optional INT32 ``[1]`` per-request k; outputs BYTES labels, FP32
-scores (softmax probabilities) and INT32 class ids, each ``[k]``, best first.
+(one label per line in class-id order, beside the config), ``scores`` (what the core outputs:
+``logits``, the default, which the softmax here makes probabilities; ``probabilities``, a core with
+the softmax in its graph, as Ultralytics' classify exports, whose values are the scores as they
+are). Tensors by role: the required FP32 ``[C]`` core output, an optional INT32 ``[1]`` per-request
+k; outputs BYTES labels, FP32 scores (probabilities) and INT32 class ids, each ``[k]``, best first.
 
 Drift features: ``confidence`` (top-1 probability), ``entropy`` (nats), categorical
 ``predicted_class``. Precision gate (recipe ``[gate]``): top-1 agreement, top-5 overlap and
-mean logit cosine against FP32. Labelled dataset: ``DIR/<label or class id>/<image>``, top-1
-and top-5 accuracy.
+mean cosine of the core outputs (logits or probabilities) against FP32. Labelled dataset:
+``DIR/<label or class id>/<image>``, top-1 and top-5 accuracy.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ OUTPUTS = (
     Role("class_ids", "INT32", (-1,), name="CLASS_IDS"),
 )
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+# The postprocess config's ``scores``: what the core outputs (logits: softmax here; probabilities: as they are).
+SCORE_KINDS = ("logits", "probabilities")
 
 
 def load_labels(path: Path, expected_count: int) -> np.ndarray:
@@ -70,16 +74,24 @@ def ranked(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.take_along_axis(candidates, order, axis=-1).astype(np.int32), np.take_along_axis(candidate_scores, order, axis=-1)
 
 
+def probabilities_of(values: np.ndarray, scores: str) -> np.ndarray:
+    """The core's outputs [N, C] as probabilities in float32: the softmax of logits, probabilities as they are."""
+    values = np.asarray(values, dtype=np.float32)
+    return values if scores == "probabilities" else softmax(values)
+
+
 @dataclass(frozen=True)
 class Settings:
     num_classes: int
     default_k: int
     labels: np.ndarray | None  # None: the labels file is not built yet (consistency check only)
+    scores: str = "logits"  # what the core outputs (SCORE_KINDS)
 
 
 class TopKResult(TaskResult):
     """A batch's ranked class ids and scores (``[N, k]``, for the largest k), each image's k, and the
-    logits they came from (None for a served response, which has only the top k)."""
+    core outputs they came from, ``logits`` (logits or probabilities, as the postprocess's ``scores`` says; None for
+    a served response, which has only the top k)."""
 
     def __init__(
         self, post: ClassificationPostprocessor, class_ids: np.ndarray, scores: np.ndarray, ks: np.ndarray, logits: np.ndarray | None = None
@@ -89,7 +101,7 @@ class TopKResult(TaskResult):
     @classmethod
     def of_logits(cls, post: ClassificationPostprocessor, logits: np.ndarray, ks: np.ndarray) -> TopKResult:
         logits = np.asarray(logits, dtype=np.float32)
-        class_ids, scores = ranked(softmax(logits), int(np.max(ks, initial=1)))
+        class_ids, scores = ranked(probabilities_of(logits, post.settings.scores), int(np.max(ks, initial=1)))
         return cls(post, class_ids, scores, ks, logits)
 
     def __len__(self) -> int:
@@ -109,7 +121,7 @@ class TopKResult(TaskResult):
     def features(self) -> drift.Features:
         if self.logits is None:
             raise ValueError("a served response has no logits: no drift features")
-        return features(self.logits)
+        return features(self.logits, self.post.settings.scores)
 
 
 class ClassificationPostprocessor(Postprocessor):
@@ -119,7 +131,10 @@ class ClassificationPostprocessor(Postprocessor):
         num_classes = int(logits.dims[-1])
         labels_path = model_dir / model_config.parameter(config, "labels_file")
         labels = load_labels(labels_path, num_classes) if require_labels or labels_path.is_file() else None
-        self.settings = Settings(num_classes, validate_k(model_config.int_parameter(config, "top_k"), num_classes), labels)
+        scores = model_config.parameter(config, "scores", "logits")
+        if scores not in SCORE_KINDS:
+            raise model_config.ConfigError(f"model '{config.name}': scores {scores!r} is not one of {', '.join(SCORE_KINDS)}")
+        self.settings = Settings(num_classes, validate_k(model_config.int_parameter(config, "top_k"), num_classes), labels, scores)
 
     def labels(self) -> np.ndarray:
         if self.settings.labels is None:
@@ -144,14 +159,19 @@ class ClassificationPostprocessor(Postprocessor):
         return TopKResult.of_logits(self, logits, np.full((rows(logits),), self.settings.default_k) if ks is None else ks)
 
 
-def features(logits: np.ndarray) -> drift.Features:
-    """Logits [N, C] -> top-1 softmax probability, entropy (nats), predicted class id."""
+def features(logits: np.ndarray, scores: str = "logits") -> drift.Features:
+    """Logits [N, C] (or probabilities, ``scores`` ``"probabilities"``) -> top-1 probability, entropy (nats), predicted
+    class id."""
     logits = np.asarray(logits, dtype=np.float64).reshape(len(logits), -1)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    total = exp.sum(axis=1, keepdims=True)
-    probabilities = exp / total
-    entropy = np.log(total[:, 0]) - (probabilities * shifted).sum(axis=1)
+    if scores == "probabilities":
+        probabilities = logits
+        entropy = -(probabilities * np.log(np.where(probabilities > 0, probabilities, 1.0))).sum(axis=1)  # 0 log 0 = 0
+    else:
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        exp = np.exp(shifted)
+        total = exp.sum(axis=1, keepdims=True)
+        probabilities = exp / total
+        entropy = np.log(total[:, 0]) - (probabilities * shifted).sum(axis=1)
     predicted = logits.argmax(axis=1)
     return drift.Features(
         {"confidence": probabilities.max(axis=1), "entropy": entropy},

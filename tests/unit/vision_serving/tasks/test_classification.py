@@ -13,14 +13,15 @@ from vision_serving.tasks import classification, registry
 LABELS = [f"class {i}" for i in range(10)]
 
 
-def config(top_k: int = 3) -> model_config.ModelConfig:
+def config(top_k: int = 3, scores: str | None = None, core_output: str = "LOGITS") -> model_config.ModelConfig:
+    kind = "" if scores is None else f', {{ key: "scores", value: {{ string_value: "{scores}" }} }}'
     return model_config.parse_config_text(
         f"""name: "tiny_postprocess" backend: "python" max_batch_size: 8
-input [ {{ name: "LOGITS" data_type: TYPE_FP32 dims: [ 10 ] }}, {{ name: "TOP_K" data_type: TYPE_INT32 dims: [ 1 ] optional: true }} ]
+input [ {{ name: "{core_output}" data_type: TYPE_FP32 dims: [ 10 ] }}, {{ name: "TOP_K" data_type: TYPE_INT32 dims: [ 1 ] optional: true }} ]
 output [ {{ name: "LABELS" data_type: TYPE_STRING dims: [ -1 ] }}, {{ name: "SCORES" data_type: TYPE_FP32 dims: [ -1 ] }},
          {{ name: "CLASS_IDS" data_type: TYPE_INT32 dims: [ -1 ] }} ]
 parameters [ {{ key: "task", value: {{ string_value: "classification" }} }}, {{ key: "top_k", value: {{ string_value: "{top_k}" }} }},
-             {{ key: "labels_file", value: {{ string_value: "labels.txt" }} }} ]"""
+             {{ key: "labels_file", value: {{ string_value: "labels.txt" }} }}{kind} ]"""
     )
 
 
@@ -125,3 +126,32 @@ def test_drift_features():
     assert features.numeric["entropy"][1] == pytest.approx(np.log(3))
     assert features.numeric["entropy"][0] < 0.01
     assert features.categorical["predicted_class"] == ["0", "0"]
+
+
+def test_a_core_that_outputs_probabilities_has_them_served_as_they_are(tmp_path):
+    """``scores: probabilities`` (a softmax in the core's graph, as Ultralytics' classify exports): the scores are the core's
+    values, no second softmax; the ranking and the drift features read them as probabilities."""
+    (tmp_path / "labels.txt").write_text("\n".join(LABELS) + "\n")
+    post = classification.ClassificationPostprocessor(config(scores="probabilities", core_output="PROBABILITIES"), tmp_path)
+    assert post.settings.scores == "probabilities" and post.inputs["logits"] == "PROBABILITIES"
+    probabilities = classification.softmax(np.random.default_rng(3).normal(size=(2, 10)).astype(np.float32))
+    probabilities[1] = [0.5, 0.3, 0.2, 0, 0, 0, 0, 0, 0, 0]
+    answers = post.run(post.parse({"PROBABILITIES": probabilities, "TOP_K": None})).outputs()
+    ids = np.argsort(-probabilities, axis=1, kind="stable")[:, :3]
+    np.testing.assert_array_equal(answers["CLASS_IDS"], ids)
+    np.testing.assert_array_equal(answers["SCORES"], np.take_along_axis(probabilities, ids, axis=1))
+    features = post.run({"logits": probabilities}).features()
+    np.testing.assert_allclose(features.numeric["confidence"], probabilities.max(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(features.numeric["entropy"][1], -(0.5 * np.log(0.5) + 0.3 * np.log(0.3) + 0.2 * np.log(0.2)), rtol=1e-6)
+    assert features.categorical["predicted_class"][1] == "0"
+    # The same values as logits would be softmaxed again: the default is unchanged.
+    logits_post = classification.ClassificationPostprocessor(config(), tmp_path)
+    assert logits_post.settings.scores == "logits"
+    assert logits_post.run({"logits": probabilities}).outputs()["SCORES"][1, 0] == pytest.approx(
+        classification.softmax(probabilities[1:])[0, 0]
+    )
+
+
+def test_an_unknown_scores_kind_is_refused(tmp_path):
+    problems = classification.TASK.check(config(scores="percent"), tmp_path, None)
+    assert problems == ["model 'tiny_postprocess': scores 'percent' is not one of logits, probabilities"]
