@@ -266,7 +266,9 @@ class DetectionPostprocessor(Postprocessor):
         settings = NmsSettings(batch["score_threshold"], batch["iou_threshold"], self.settings.max_detections, self.settings.class_agnostic)
         found = self.settings.head.detect({role.role: batch[role.role] for role in self.head_roles}, settings)
         sizes = np.asarray(batch["image_size"]).reshape(-1, 2).astype(np.float64)
-        boxes = to_image(found.boxes.reshape(*found.boxes.shape[:2], 2, 2), batch["transform"]).reshape(found.boxes.shape)
+        boxes = self.settings.head.boxes_to_photo(found, np.asarray(batch["transform"]))
+        if boxes is None:
+            boxes = to_image(found.boxes.reshape(*found.boxes.shape[:2], 2, 2), batch["transform"]).reshape(found.boxes.shape)
         keypoints = None
         if found.keypoints is not None:  # x and y to the photo's pixels; a score passes through
             keypoints = found.keypoints.astype(np.float64)

@@ -179,6 +179,11 @@ class Head(ABC):
         the candidate): each of the head's gate metrics (its ``gate_defaults`` keys without ``min_``), in [0, 1]."""
         return {}
 
+    def boxes_to_photo(self, found: TensorDetections, transforms: np.ndarray) -> np.ndarray | None:
+        """The head's own boxes ``[N, K, 4]`` in the photo's pixels (an oriented box's bounds, mapped as its reference
+        maps it); None: the task maps ``found.boxes`` through each image's transform."""
+        return None
+
     def extras_to_photo(
         self, found: TensorDetections, raw: Mapping[str, np.ndarray], transforms: np.ndarray, sizes: np.ndarray, boxes: np.ndarray
     ) -> dict[str, np.ndarray]:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from . import end2end, mediapipe_ssd, yolo, yolo_pose, yolo_v5
+from . import end2end, mediapipe_ssd, yolo, yolo_obb, yolo_pose, yolo_segment, yolo_v5
 from .base import Head
 
-HEADS: dict[str, type[Head]] = {head.name: head for head in (mediapipe_ssd.HEAD, yolo.HEAD, yolo_v5.HEAD, end2end.HEAD, yolo_pose.HEAD)}
+HEADS: dict[str, type[Head]] = {
+    head.name: head
+    for head in (
+        mediapipe_ssd.HEAD,
+        yolo.HEAD,
+        yolo_v5.HEAD,
+        end2end.HEAD,
+        yolo_pose.HEAD,
+        yolo_segment.HEAD,
+        yolo_obb.HEAD,
+    )
+}
 
 
 def yolo_export_heads(task: str | None = None) -> list[type[Head]]:

@@ -29,8 +29,10 @@ def settings(images: int) -> NmsSettings:
 
 def test_the_yolo_export_heads_state_their_facts():
     assert [head.name for head in YOLO_HEADS] == ["yolo", "yolo_v5", "end2end"]
-    assert registry.yolo_tasks() == ["detect", "pose"]
+    assert registry.yolo_tasks() == ["detect", "obb", "pose", "segment"]
     assert [head.name for head in registry.yolo_export_heads("pose")] == ["yolo_pose"]
+    assert [head.name for head in registry.yolo_export_heads("obb")] == ["yolo_obb"]
+    assert [head.name for head in registry.yolo_export_heads("segment")] == ["yolo_segment"]
     for head in registry.yolo_export_heads():
         assert head.layout.startswith("[") and head.exports, head.name
     assert [head.name for head in YOLO_HEADS if head.nms_in_model] == ["end2end"]
@@ -39,7 +41,14 @@ def test_the_yolo_export_heads_state_their_facts():
 
 @pytest.mark.parametrize("size", [(640, 640), (320, 480)])
 def test_each_head_fits_its_own_outputs_and_no_other_of_its_task(size):
-    expected = {"yolo": [(84, 8400)], "yolo_v5": [(25200, 85)], "end2end": [(300, 6)], "yolo_pose": [(56, 8400)]}
+    expected = {
+        "yolo": [(84, 8400)],
+        "yolo_v5": [(25200, 85)],
+        "end2end": [(300, 6)],
+        "yolo_pose": [(56, 8400)],
+        "yolo_segment": [(37, 8400), (32, 160, 160)],
+        "yolo_obb": [(6, 8400)],
+    }
     for head in registry.yolo_export_heads():
         shapes = head.example_shapes(80 if head.task == "detect" else 1, *size)
         if size == (640, 640):
@@ -65,8 +74,7 @@ def test_synthetic_outputs_carry_exactly_the_candidates(candidates):
         decoder = instance(head)
         if head.task == "pose":  # the classes are what the keypoints leave
             decoder._classes = shapes[0][0] - 4 - 17 * 3
-        (role,) = decoder.input_roles()
-        found = decoder.detect({role.role: outputs[0]}, settings(3))
+        found = decoder.detect({role.role: output for role, output in zip(decoder.input_roles(), outputs)}, settings(3))
         # NMS may merge overlapping candidates, never invent one; the model's own NMS keeps them all.
         assert all(0 < count <= candidates if candidates else count == 0 for count in found.counts), head.name
         if head.nms_in_model:

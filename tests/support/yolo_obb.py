@@ -1,0 +1,164 @@
+"""The tests' own YOLO oriented-box model: bars and ellipses turned to any angle.
+
+No pretrained OBB model can be installed on these machines, so the tests make one, as
+:mod:`tests.support.yolo` makes its detector: scenes (:func:`scene`) of filled bars (rectangles two
+to four times as long as wide) and ellipses, turned to any angle, on flat colours and on crops of
+the package photos; each object's oriented box is its rectangle (an ellipse's: the one its axes
+span). :func:`write_dataset` writes them in Ultralytics' OBB layout (``class x1 y1 x2 y2 x3 y3 x4
+y4``: the four corners, normalized) and :func:`trained` has Ultralytics train a YOLOv8n-obb on
+them in a few minutes (:func:`tests.support.yolo.train_task`): its ``static.onnx`` and
+``dynamic.onnx`` exports. The model only has to give real outputs, not good ones: so few minutes
+leave its scores low (an oriented box's score follows how well it fits), and :func:`surer` rewrites
+an export so that its class scores' odds are ``ODDS`` times the network's (the boxes and angles
+untouched, the scores' order kept) and Ultralytics' predictor at its default 0.25 finds objects.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import cv2
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tests.support import yolo
+
+CLASSES = ("bar", "ellipse")
+EPOCHS = 30
+TRAIN_IMAGES = 200
+VAL_IMAGES = 8
+ODDS = 8.0  # surer(): a score of 0.04 becomes 0.25, 0.1 becomes 0.47
+
+
+def _color(rng: np.random.Generator) -> tuple[int, int, int]:
+    return tuple(int(v) for v in rng.integers(0, 256, 3))  # type: ignore[return-value]
+
+
+def corners(cx: float, cy: float, width: float, height: float, angle: float) -> np.ndarray:
+    """``[4, 2]`` corners of the rectangle of that centre and size turned by ``angle`` (radians, clockwise on screen:
+    x right, y down), as Ultralytics' ``xywhr2xyxyxyxy`` orders them."""
+    cos, sin = np.cos(angle), np.sin(angle)
+    along, across = np.array([width / 2 * cos, width / 2 * sin]), np.array([-height / 2 * sin, height / 2 * cos])
+    centre = np.array([cx, cy])
+    return np.stack([centre + along + across, centre + along - across, centre - along - across, centre - along + across])
+
+
+def scene(rng: np.random.Generator, height: int, width: int, background: np.ndarray | None = None, count: int | None = None):
+    """A BGR image of ``count`` (1..3) objects and their labels ``(class, corners [4, 2])`` in pixels."""
+    if background is None:
+        image = np.full((height, width, 3), _color(rng), np.uint8)
+        image = np.clip(image + rng.normal(0, 8, image.shape), 0, 255).astype(np.uint8)
+    else:
+        image = cv2.resize(background, (width, height), interpolation=cv2.INTER_AREA)
+    labels = []
+    for _ in range(int(rng.integers(1, 4)) if count is None else count):
+        kind = int(rng.integers(0, len(CLASSES)))
+        long = rng.uniform(0.4, 0.75) * min(height, width)
+        short = long / rng.uniform(2.0, 4.0)
+        angle = rng.uniform(0, np.pi)
+        points = corners(0.0, 0.0, long, short, angle)
+        low, high = points.min(axis=0), points.max(axis=0)
+        cx, cy = rng.uniform(-low[0], width - high[0]), rng.uniform(-low[1], height - high[1])
+        points = points + np.array([cx, cy])
+        color = _color(rng)
+        if kind == 0:
+            cv2.fillPoly(image, [np.round(points * 16).astype(np.int32)], color, cv2.LINE_AA, shift=4)
+        else:
+            axes = (round(long / 2 * 16), round(short / 2 * 16))
+            centre = (round(cx * 16), round(cy * 16))
+            cv2.ellipse(image, centre, axes, float(np.degrees(angle)), 0, 360, color, -1, cv2.LINE_AA, shift=4)
+        labels.append((kind, points))
+    return image, labels
+
+
+def label_line(label, height: int, width: int) -> str:
+    kind, points = label
+    normalized = np.clip(points / [width, height], 0, 1)
+    return f"{kind}" + "".join(f" {x:.6f} {y:.6f}" for x, y in normalized.tolist()) + "\n"
+
+
+def write_dataset(root: Path, seed: int = 1) -> Path:
+    """The training set (two thirds on flat colours, a third on photo crops) and a validation set; returns data.yaml."""
+    pictures = yolo.backgrounds()
+    for split, count, offset in (("train", TRAIN_IMAGES, 0), ("val", VAL_IMAGES, 1)):
+        rng = np.random.default_rng([seed, offset])
+        (root / "images" / split).mkdir(parents=True, exist_ok=True)
+        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
+        for index in range(count):
+            height, width = int(rng.integers(96, 200)), int(rng.integers(96, 200))
+            background = None
+            if index % 3 == 2:
+                picture = pictures[int(rng.integers(0, len(pictures)))]
+                top, left = int(rng.integers(0, picture.shape[0] // 2)), int(rng.integers(0, picture.shape[1] // 2))
+                background = picture[top : top + picture.shape[0] // 2, left : left + picture.shape[1] // 2]
+            image, labels = scene(rng, height, width, background)
+            cv2.imwrite(str(root / "images" / split / f"{index:04d}.png"), image)
+            (root / "labels" / split / f"{index:04d}.txt").write_text("".join(label_line(label, height, width) for label in labels))
+    data = root / "data.yaml"
+    data.write_text(
+        f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n" + "".join(f"  {i}: {n}\n" for i, n in enumerate(CLASSES))
+    )
+    return data
+
+
+def trained(log=print) -> Path:
+    """The folder holding static.onnx, dynamic.onnx and training.json (trained once, cached)."""
+    with yolo._training_lock:
+        return yolo.train_task("obb", write_dataset, Path(__file__), log, epochs=EPOCHS)
+
+
+def surer(source: Path, target: Path, odds: float = ODDS) -> Path:
+    """The export ``[N, 4 + C + 1, A]`` with each class score ``s`` replaced by ``odds x s / (1 - s + odds x s)`` (its
+    odds multiplied by ``odds``), in the graph (an ``Add``, ``Mul``, ``Sub`` and ``Div`` after the output), the
+    metadata kept."""
+    model = onnx.load(str(source))
+    graph = model.graph
+    (output,) = graph.output
+    raw, renamed = output.name, f"{output.name}_unsure"
+    classes = len(ast.literal_eval({prop.key: prop.value for prop in model.metadata_props}["names"]))
+    for node in graph.node:
+        node.output[:] = [renamed if name == raw else name for name in node.output]
+    for info in graph.value_info:
+        if info.name == raw:
+            info.name = renamed
+    bounds = {"surer_0": 0, "surer_4": 4, "surer_classes_end": 4 + classes, "surer_end": 5 + classes, "surer_axis": 1}
+    constants = {name: np.array([value], np.int64) for name, value in bounds.items()}
+    constants |= {"surer_odds": np.array(odds, np.float32), "surer_one": np.array(1.0, np.float32)}
+    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in constants.items())
+    graph.node.extend(
+        [
+            helper.make_node("Slice", [renamed, "surer_0", "surer_4", "surer_axis"], ["surer_boxes"]),
+            helper.make_node("Slice", [renamed, "surer_4", "surer_classes_end", "surer_axis"], ["surer_scores"]),
+            helper.make_node("Slice", [renamed, "surer_classes_end", "surer_end", "surer_axis"], ["surer_angles"]),
+            helper.make_node("Mul", ["surer_scores", "surer_odds"], ["surer_raised"]),
+            helper.make_node("Sub", ["surer_one", "surer_scores"], ["surer_rest"]),
+            helper.make_node("Add", ["surer_rest", "surer_raised"], ["surer_total"]),
+            helper.make_node("Div", ["surer_raised", "surer_total"], ["surer_sure"]),
+            helper.make_node("Concat", ["surer_boxes", "surer_sure", "surer_angles"], [raw], axis=1),
+        ]
+    )
+    onnx.checker.check_model(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(target))
+    return target
+
+
+def write_scenes(folder: Path, count: int, seed: int) -> dict[str, bytes]:
+    """``count`` scenes the model never saw, at many sizes and aspect ratios, PNG and JPEG: name -> file bytes."""
+    rng = np.random.default_rng([seed, 7])
+    pictures = yolo.backgrounds()
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for index in range(count):
+        height, width = int(rng.integers(90, 420)), int(rng.integers(90, 420))
+        background = pictures[index % len(pictures)] if index % 2 else None
+        image, _ = scene(rng, height, width, background)
+        suffix = ".png" if index % 3 else ".jpg"
+        ok, data = cv2.imencode(suffix, image, [cv2.IMWRITE_JPEG_QUALITY, 92])
+        assert ok
+        name = f"obb_{index:03d}{suffix}"
+        (folder / name).write_bytes(data.tobytes())
+        written[name] = data.tobytes()
+    return written

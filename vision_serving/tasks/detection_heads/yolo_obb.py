@@ -1,0 +1,274 @@
+"""``yolo_obb``: Ultralytics' oriented-box outputs ``[N, 4 + C + 1, A]`` (``task: obb``: YOLOv8/11/26-obb).
+
+Per anchor: the box's centre x, y, width and height in model-input pixels, C class scores (already
+sigmoid), then its rotation in radians (``[-pi/4, 3pi/4)`` as the export decodes it).
+
+Decoded as Ultralytics' ``non_max_suppression(..., rotated=True)`` (``ultralytics/utils/nms.py``)
+does it: an anchor is a candidate when its best class score is greater than the score threshold,
+its class that best class; at most ``MAX_NMS`` candidates, the best; each one's centre offset by
+``class x MAX_WH`` pixels (none when class-agnostic); then fast NMS (``TorchNMS.fast_nms``):
+candidates sorted by score, a candidate dropped when its probabilistic IoU (:func:`probiou`,
+``batch_probiou``) with ANY better candidate is greater than the IoU threshold, whether that one
+was kept or not (the upper triangle of the IoU matrix, not greedy suppression); the first
+``max_detections`` of the rest.
+
+Answers: besides the task's, ``ROTATED_BOXES [K, 5]`` (centre x, y, width, height in the photo's
+pixels, and the rotation in radians as the model gave it) and ``CORNERS [K, 4, 2]`` (x, y in the
+photo's pixels), as Ultralytics' ``OBBPredictor.construct_result`` gives ``result.obb.xywhr`` and
+``.xyxyxyxy``: the centre and size mapped through the letterbox per axis (``scale_boxes(...,
+xywh=True)``), never clipped, the corners those of the mapped box. ``regularize_angles: true``
+gives the canonical form instead (:func:`regularize`: the rotation in ``[0, pi/2)``, width and
+height swapped where it turned by a quarter). ``BOXES``: each oriented box's axis-aligned bounds,
+clipped to the photo where ``clip_to_image`` says so: the task maps the bounds in model-input pixels
+to the photo; Ultralytics' ``result.obb.xyxy`` are the bounds of the mapped box's corners
+(:meth:`YoloObbHead.boxes_to_photo`): the same where the letterbox's two gains are equal, and within
+half the box's longer side (model-input pixels) x ``|1 / gain_x - 1 / gain_y|`` where the rounding of
+its resize makes them differ (the gains by at most 0.5 / the resized photo's shorter side, relatively:
+0.67 pixel at most on the parity test's photos).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...model_config import ConfigError, ModelConfig
+from ..base import Role
+from .base import (
+    MAX_NMS,
+    MAX_WH,
+    FloatArray,
+    Head,
+    IntArray,
+    NmsSettings,
+    TensorDetections,
+    anchor_free_anchors,
+    boolean,
+    synthetic_boxes,
+    synthetic_scores,
+    tensor_dims,
+)
+
+EPS = np.float32(1e-7)  # batch_probiou's
+# Pairs of the IoU matrix computed at once (rows of it per block): bounds fast NMS's memory where Ultralytics holds all of it.
+PAIRS_PER_BLOCK = 1 << 20
+
+
+def covariance(rboxes: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``[M, 5]`` (x, y, w, h, angle) -> each box's Gaussian covariance ``[[a, c], [c, b]]`` as ``(a, b, c)``, each ``[M]``:
+    Ultralytics' ``_get_covariance_matrix`` in float32."""
+    boxes = np.asarray(rboxes, dtype=np.float32)
+    a, b = boxes[:, 2] * boxes[:, 2] / np.float32(12), boxes[:, 3] * boxes[:, 3] / np.float32(12)
+    cos, sin = np.cos(boxes[:, 4]), np.sin(boxes[:, 4])
+    cos2, sin2 = cos * cos, sin * sin
+    return a * cos2 + b * sin2, a * sin2 + b * cos2, (a - b) * cos * sin
+
+
+def probiou(first: FloatArray, second: FloatArray) -> FloatArray:
+    """Probabilistic IoU ``[P, Q]`` of oriented boxes ``[P, 5]`` and ``[Q, 5]`` (x, y, w, h, angle in radians):
+    1 - the Hellinger distance of their Gaussians, as Ultralytics' ``batch_probiou`` computes it in float32."""
+    one, two = np.asarray(first, dtype=np.float32), np.asarray(second, dtype=np.float32)
+    a1, b1, c1 = (value[:, None] for value in covariance(one))
+    a2, b2, c2 = (value[None, :] for value in covariance(two))
+    x1, y1 = one[:, 0:1], one[:, 1:2]
+    x2, y2 = two[None, :, 0], two[None, :, 1]
+    a, b, c = a1 + a2, b1 + b2, c1 + c2
+    dx, dy = x1 - x2, y1 - y2
+    determinant: FloatArray = a * b - c * c
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        t1 = ((a * (dy * dy) + b * (dx * dx)) / (determinant + EPS)) * np.float32(0.25)
+        t2 = ((c * (x2 - x1) * dy) / (determinant + EPS)) * np.float32(0.5)
+        own = np.clip(a1 * b1 - c1 * c1, 0, None) * np.clip(a2 * b2 - c2 * c2, 0, None)
+        t3 = np.log(determinant / (np.float32(4) * np.sqrt(own) + EPS) + EPS) * np.float32(0.5)
+        distance = np.clip(t1 + t2 + t3, EPS, np.float32(100))
+        hellinger = np.sqrt(np.float32(1) - np.exp(-distance) + EPS)
+    return (np.float32(1) - hellinger).astype(np.float32)
+
+
+def fast_nms(rboxes: FloatArray, scores: FloatArray, iou_threshold: float) -> IntArray:
+    """Ultralytics' ``TorchNMS.fast_nms`` with ``batch_probiou``: the indices kept of ``rboxes [M, 5]``, best first. Sorted
+    by score (stable: ties keep their order), a box is dropped when its IoU with any box before it is greater than the
+    threshold. The IoU matrix is computed a block of rows at a time."""
+    order = np.argsort(-np.asarray(scores, dtype=np.float32), kind="stable")
+    boxes = np.asarray(rboxes, dtype=np.float32)[order]
+    count = len(boxes)
+    dropped = np.zeros(count, bool)
+    threshold = np.float32(iou_threshold)
+    block = max(1, PAIRS_PER_BLOCK // max(count, 1))
+    for start in range(0, count - 1, block):
+        stop = min(start + block, count - 1)
+        iou = probiou(boxes[start:stop], boxes[start + 1 :])  # rows i in [start, stop), columns j in (start, count)
+        later = np.arange(start + 1, count)[None, :] > np.arange(start, stop)[:, None]
+        dropped[start + 1 :] |= ((iou > threshold) & later).any(axis=0)
+    return order[~dropped].astype(np.int32)
+
+
+def rotated_nms(
+    rboxes: FloatArray, scores: FloatArray, class_ids: IntArray, iou_threshold: float, max_detections: int, class_agnostic: bool = False
+) -> IntArray:
+    """One image's candidates (in anchor order) -> the indices kept, best first, as Ultralytics' ``non_max_suppression``
+    with ``rotated=True`` keeps them: the ``MAX_NMS`` best, centres offset per class, :func:`fast_nms`, the first
+    ``max_detections``."""
+    chosen = np.arange(len(scores))
+    if len(chosen) > MAX_NMS:
+        chosen = np.argsort(-scores, kind="stable")[:MAX_NMS]
+    boxes = np.array(rboxes[chosen], dtype=np.float32)
+    if not class_agnostic:
+        boxes[:, :2] += (class_ids[chosen].astype(np.float32) * np.float32(MAX_WH))[:, None]
+    return chosen[fast_nms(boxes, scores[chosen], iou_threshold)][:max_detections].astype(np.int32)
+
+
+def regularize(rboxes: np.ndarray) -> np.ndarray:
+    """Ultralytics' ``regularize_rboxes``: ``[..., 5]`` (x, y, w, h, angle) with the angle in ``[0, pi/2)`` and, where
+    ``angle mod pi`` was ``pi/2`` or more, width and height swapped: the same rectangle."""
+    boxes = np.array(rboxes, dtype=np.float32)
+    angle = boxes[..., 4]
+    swap = np.mod(angle, np.float32(np.pi)) >= np.float32(np.pi / 2)
+    width, height = boxes[..., 2].copy(), boxes[..., 3].copy()
+    boxes[..., 2] = np.where(swap, height, width)
+    boxes[..., 3] = np.where(swap, width, height)
+    boxes[..., 4] = np.mod(angle, np.float32(np.pi / 2))
+    return boxes
+
+
+def corners(rboxes: np.ndarray) -> np.ndarray:
+    """``[..., 5]`` (x, y, w, h, angle) -> ``[..., 4, 2]`` corners in Ultralytics' ``xywhr2xyxyxyxy`` order (the
+    corner at +w/2, +h/2 in the box's frame first)."""
+    boxes = np.asarray(rboxes)
+    centre, width, height, angle = boxes[..., :2], boxes[..., 2:3], boxes[..., 3:4], boxes[..., 4:5]
+    cos, sin = np.cos(angle), np.sin(angle)
+    along = np.concatenate([width / 2 * cos, width / 2 * sin], axis=-1)
+    across = np.concatenate([-height / 2 * sin, height / 2 * cos], axis=-1)
+    return np.stack([centre + along + across, centre + along - across, centre - along - across, centre - along + across], axis=-2)
+
+
+def bounds(points: np.ndarray) -> np.ndarray:
+    """``[..., 4, 2]`` corners -> ``[..., 4]`` axis-aligned (x_min, y_min, x_max, y_max): Ultralytics' ``OBB.xyxy``."""
+    return np.concatenate([points.min(axis=-2), points.max(axis=-2)], axis=-1)
+
+
+class YoloObbHead(Head):
+    name = "yolo_obb"
+    parameters: ClassVar[dict[str, tuple[Callable[[str], Any], bool]]] = {"regularize_angles": (boolean, False)}
+    layout = "[4+C+1, A]"
+    exports = "YOLOv8, 11, 26 obb"
+    yolo_export = True
+    task = "obb"
+    extra_answers = (
+        Role("rotated_boxes", "FP32", (-1, 5), name="ROTATED_BOXES"),
+        Role("corners", "FP32", (-1, 4, 2), name="CORNERS"),
+    )
+    _classes = 0
+
+    @classmethod
+    def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
+        """One output: the box, the classes and the angle per anchor (the angle row past the classes)."""
+        if len(shapes) != 1 or len(shapes[0]) != 2:
+            return False
+        channels, anchors = shapes[0]
+        return channels > 5 and (channels == 5 + classes if classes else channels < anchors)
+
+    @classmethod
+    def example_shapes(cls, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
+        return [(5 + classes, anchor_free_anchors(height, width))]
+
+    @classmethod
+    def synthetic_outputs(
+        cls, shapes: Sequence[tuple[int, ...]], batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
+    ) -> list[np.ndarray]:
+        ((channels, anchors),) = shapes
+        images = []
+        for _ in range(batch):
+            boxes = synthetic_boxes(anchors, size, rng)
+            scores = synthetic_scores(anchors, channels - 5, candidates, rng)[0]
+            angles = rng.uniform(-np.pi / 4, 3 * np.pi / 4, (anchors, 1))
+            images.append(np.concatenate([boxes, scores, angles], axis=1).T)
+        return [np.stack(images).astype(np.float32)]
+
+    def input_roles(self) -> tuple[Role, ...]:
+        return (Role("predictions", "FP32", (None, None), from_core=True),)
+
+    def bind(self, config: ModelConfig, names: Mapping[str, str | None]) -> None:
+        channels, anchors = tensor_dims(config, names["predictions"])
+        if channels < 6 or anchors < 1:
+            raise ConfigError(
+                f"model '{config.name}': head yolo_obb reads [4 + classes + 1, anchors] predictions; the input is [{channels}, {anchors}]"
+            )
+        self._classes = channels - 5
+
+    @property
+    def num_classes(self) -> int:
+        return self._classes
+
+    def detect(self, raw: Mapping[str, np.ndarray], settings: NmsSettings) -> TensorDetections:
+        """Per image, the kept boxes' axis-aligned bounds in model-input pixels, and each one's ``xywhr`` (extras)."""
+        predictions = np.asarray(raw["predictions"], dtype=np.float32)  # [N, 4 + C + 1, A]
+        count, angle = len(predictions), predictions.shape[1] - 1
+        best = predictions[:, 4:angle, :].max(axis=1)
+        images, anchors = np.nonzero(best > settings.score_thresholds[:, None])
+        class_ids = predictions[images, 4:angle, anchors].argmax(axis=-1).astype(np.int32)
+        rboxes = predictions[images, :, anchors][:, [0, 1, 2, 3, angle]]  # [M, 5]
+        scores = best[images, anchors]
+        starts = np.searchsorted(images, np.arange(count + 1))
+        kept = [
+            starts[i]
+            + rotated_nms(
+                rboxes[starts[i] : starts[i + 1]],
+                scores[starts[i] : starts[i + 1]],
+                class_ids[starts[i] : starts[i + 1]],
+                float(settings.iou_thresholds[i]),
+                settings.max_detections,
+                settings.class_agnostic,
+            )
+            for i in range(count)
+        ]
+        counts = np.array([len(rows) for rows in kept], np.int32)
+        width = int(counts.max()) if count else 0
+        out_rboxes = np.zeros((count, width, 5), np.float32)
+        out_scores = np.zeros((count, width), np.float32)
+        out_classes = np.zeros((count, width), np.int32)
+        for i, rows in enumerate(kept):
+            out_rboxes[i, : len(rows)] = rboxes[rows]
+            out_scores[i, : len(rows)] = scores[rows]
+            out_classes[i, : len(rows)] = class_ids[rows]
+        out_boxes = bounds(corners(out_rboxes)).astype(np.float32)
+        out_boxes[np.arange(width)[None, :] >= counts[:, None]] = 0
+        return TensorDetections(out_boxes, out_scores, out_classes, counts, extras={"xywhr": out_rboxes})
+
+    @staticmethod
+    def rotated_to_photo(found: TensorDetections, transforms: np.ndarray) -> np.ndarray:
+        """The kept boxes' ``xywhr [N, K, 5]`` in the photo's pixels (float64), as ``scale_boxes(..., xywh=True)`` maps
+        them: centre ``(x - offset) / scale`` and size ``w / scale`` per axis, the angle kept; never clipped."""
+        rboxes = found.extras["xywhr"].astype(np.float64)
+        t = np.asarray(transforms, dtype=np.float64).reshape(-1, 1, 4)
+        rboxes[..., 0] = (rboxes[..., 0] - t[..., 2]) / t[..., 0]
+        rboxes[..., 1] = (rboxes[..., 1] - t[..., 3]) / t[..., 1]
+        rboxes[..., 2] /= t[..., 0]
+        rboxes[..., 3] /= t[..., 1]
+        rboxes[np.arange(rboxes.shape[1])[None, :] >= found.counts[:, None]] = 0
+        return rboxes
+
+    def boxes_to_photo(self, found: TensorDetections, transforms: np.ndarray) -> np.ndarray:
+        """``[N, K, 4]``: the bounds of the corners of the boxes mapped to the photo (:meth:`rotated_to_photo`), which is
+        Ultralytics' ``result.obb.xyxy``. The task's own map of the bounds in model-input pixels gives the same where the
+        letterbox's two gains are equal; they differ by the rounding of its resize, which moves a bound by up to half the
+        box's longer side x ``|1 / gain_x - 1 / gain_y|``."""
+        boxes = bounds(corners(self.rotated_to_photo(found, transforms)))
+        boxes[np.arange(boxes.shape[1])[None, :] >= found.counts[:, None]] = 0
+        return boxes
+
+    def extras_to_photo(
+        self, found: TensorDetections, raw: Mapping[str, np.ndarray], transforms: np.ndarray, sizes: np.ndarray, boxes: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """ROTATED_BOXES (:meth:`rotated_to_photo`; regularized where ``regularize_angles`` says) and CORNERS, those of the
+        mapped box (``xywhr2xyxyxyxy``). Never clipped: Ultralytics clips neither."""
+        rboxes = self.rotated_to_photo(found, transforms)
+        points = corners(rboxes)
+        points[np.arange(rboxes.shape[1])[None, :] >= found.counts[:, None]] = 0
+        answered = regularize(rboxes) if self.values.get("regularize_angles") else rboxes
+        return {"rotated_boxes": answered.astype(np.float32), "corners": points.astype(np.float32)}
+
+
+HEAD = YoloObbHead
