@@ -1,4 +1,4 @@
-"""``./scripts/detect``: each image's boxes, labels and scores (and keypoints in JSON); ``--score-threshold`` and
+"""``./scripts/detect``: each image's boxes, labels and scores (and keypoints, their scores and names in JSON); ``--score-threshold`` and
 ``--iou-threshold`` set the request's thresholds, ``--draw OUT`` writes the image with its detections drawn."""
 
 from __future__ import annotations
@@ -18,6 +18,12 @@ from .base import ClientReport, TaskClient, text
 DRAWN_SUFFIX = ".detections.jpg"
 BOX_COLOR = (0, 220, 0)  # BGR
 KEYPOINT_COLORS = ((255, 64, 64), (64, 64, 255), (0, 200, 255), (255, 0, 200), (255, 255, 0), (0, 255, 255))
+# A keypoint with a score (a pose model's [K, P, 3]) is drawn when the score is at least this.
+KEYPOINT_MIN_SCORE = 0.5
+# COCO's 17 person keypoints (Ultralytics' pose models) and the limbs Ultralytics' plotting draws between them.
+COCO_KEYPOINTS = 17
+COCO_SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7), (6, 8), (7, 9), (8, 10),
+                 (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))  # fmt: skip
 # The options that set the task's per-image request inputs (its request roles, each in [0, 1]): role -> help.
 THRESHOLDS = {"score_threshold": "minimum score", "iou_threshold": "NMS IoU threshold"}
 
@@ -31,7 +37,7 @@ def unit_interval(value: str) -> float:
 
 
 def paint(boxes: np.ndarray, scores: np.ndarray, labels: list[str], keypoints: np.ndarray | None) -> Callable[[np.ndarray, int], None]:
-    """What :func:`drawing.draw` paints: each detection's box, label and score, and its keypoints."""
+    """What :func:`drawing.draw` paints: each detection's box, label and score, and its keypoints (:func:`paint_keypoints`)."""
 
     def on(picture: np.ndarray, width: int) -> None:
         for index, (box, score, label) in enumerate(zip(boxes, scores, labels)):
@@ -39,11 +45,63 @@ def paint(boxes: np.ndarray, scores: np.ndarray, labels: list[str], keypoints: n
             cv2.rectangle(picture, (x0, y0), (x1, y1), BOX_COLOR, width, cv2.LINE_AA)
             drawing.caption(picture, f"{label} {score:.2f}", x0, y0, BOX_COLOR, width)
             if keypoints is not None:
-                for point, (x, y) in enumerate(keypoints[index]):
-                    color = KEYPOINT_COLORS[point % len(KEYPOINT_COLORS)]
-                    cv2.circle(picture, (round(float(x)), round(float(y))), 2 * width, color, -1, cv2.LINE_AA)
+                paint_keypoints(picture, keypoints[index], width)
 
     return on
+
+
+def drawn_keypoints(points: np.ndarray) -> np.ndarray:
+    """Which of one detection's keypoints ``[P, 2]`` (x, y) or ``[P, 3]`` (x, y, score) are drawn: those whose score is
+    at least ``KEYPOINT_MIN_SCORE``; without a score, all."""
+    if points.shape[-1] < 3:
+        return np.ones(len(points), bool)
+    return np.asarray(points[:, 2] >= KEYPOINT_MIN_SCORE)
+
+
+def paint_keypoints(picture: np.ndarray, points: np.ndarray, width: int) -> None:
+    """One detection's keypoints as dots, each keypoint its own colour (the same one in every detection); COCO's 17
+    person keypoints joined by their limbs (Ultralytics' skeleton) where both ends are drawn."""
+    shown = drawn_keypoints(points)
+    if len(points) == COCO_KEYPOINTS:
+        for a, b in COCO_SKELETON:
+            if shown[a] and shown[b]:
+                ends = [(round(float(points[i, 0])), round(float(points[i, 1]))) for i in (a, b)]
+                cv2.line(picture, ends[0], ends[1], KEYPOINT_COLORS[a % len(KEYPOINT_COLORS)], width, cv2.LINE_AA)
+    for point, (x, y) in enumerate(points[:, :2]):
+        if shown[point]:
+            color = KEYPOINT_COLORS[point % len(KEYPOINT_COLORS)]
+            cv2.circle(picture, (round(float(x)), round(float(y))), 2 * width, color, -1, cv2.LINE_AA)
+
+
+def keypoint_names(args: argparse.Namespace) -> list[str] | None:
+    """The keypoints' names: the ``keypoint_names`` parameter of the postprocess config of the model the options name
+    (the ensemble's step with a ``task`` parameter), read from the server once per run and kept in ``args``; None
+    where the config has none, or the options name no server (a report made without one)."""
+    names: list[str] | None = vars(args).get("keypoint_names")
+    if "keypoint_names" in vars(args):
+        return names
+    if getattr(args, "protocol", None) and getattr(args, "model", None):
+        from devtools import client  # the program that runs this client (it imports the clients)
+
+        connection = client.connect(args)
+        try:
+            for step in reversed(connection.config(args.model).ensemble_scheduling.step):
+                parameters = connection.config(step.model_name).parameters
+                if "task" in parameters:
+                    if "keypoint_names" in parameters:
+                        names = parameters["keypoint_names"].string_value.split(",")
+                    break
+        except client.ClientError:  # the answers were read: a config that cannot be is a report without names
+            names = None
+        finally:
+            connection.close()
+    args.keypoint_names = names
+    return names
+
+
+def keypoint_records(points: np.ndarray) -> list[list[float]]:
+    """One detection's keypoints for JSON: ``[x, y]`` each, ``[x, y, score]`` where the model scores them."""
+    return [[round(float(x), 2), round(float(y), 2), *(round(float(v), 4) for v in rest)] for x, y, *rest in points.tolist()]
 
 
 class DetectionClient(TaskClient):
@@ -102,9 +160,14 @@ class DetectionClient(TaskClient):
                 "box": [round(float(v), 2) for v in boxes[index]],
             }
             if points is not None:
-                item["keypoints"] = [[round(float(x), 2), round(float(y), 2)] for x, y in points[index]]
+                item["keypoints"] = keypoint_records(points[index])
             detections.append(item)
-        record = {"file": name, "detections": detections, **({"drawn": drawn} if drawn else {})}
+        record: dict[str, Any] = {"file": name, "detections": detections}
+        names = keypoint_names(args) if points is not None else None
+        if names is not None:
+            record["keypoint_names"] = names
+        if drawn:
+            record["drawn"] = drawn
         return ClientReport(lines, record, [drawn] if drawn else [])
 
 

@@ -382,3 +382,103 @@ def test_the_generic_report_of_an_output_of_any_shape():
     assert report.lines[0] == "x.png" and report.lines[1].startswith("  grid    [2x20]  [[0, 1, 2, ..., 17, 18, 19],")
     assert report.lines[2] == "  one     [scalar]  0.5" and report.lines[3] == "  empty   [0]  []"
     assert report.record["outputs"] == {"grid": np.arange(40).reshape(2, 20).tolist(), "one": 0.5, "empty": []}
+
+
+# --------------------------------------------------------------------------- detection: a pose model's keypoints
+
+
+def pose_outputs(keypoints: list[list[float]]) -> dict[str, np.ndarray]:
+    """One detection (a box along the picture's edges) with ``keypoints`` [P, 3] (x, y, score), and a padding row."""
+    points = np.zeros((2, len(keypoints), 3), np.float32)
+    points[0] = keypoints
+    boxes = np.array([[0, 0, 99, 79], [0, 0, 0, 0]], np.float32)
+    return {**DETECTIONS, "boxes": boxes, "count": np.array([1], np.int32), "keypoints": points}
+
+
+def test_the_detection_client_draws_the_keypoints_a_pose_model_scores_at_least_a_half(tmp_path):
+    """``[K, P, 3]``: a keypoint scored below 0.5 is not drawn (Ultralytics' plotting leaves it out too); JSON has them all."""
+    image = png(np.full((80, 100, 3), 255, np.uint8))
+    out = tmp_path / "drawn.png"
+    outputs = pose_outputs([[20, 40, 0.9], [50, 40, 0.2], [80, 40, 0.5]])
+    report = detection_client.CLIENT.report("x.png", outputs, image, argparse.Namespace(draw=out, single_image=True))
+    assert report.record["detections"][0]["keypoints"] == [[20.0, 40.0, 0.9], [50.0, 40.0, 0.2], [80.0, 40.0, 0.5]]
+    assert "keypoint_names" not in report.record  # no server to ask (a report of its own): no names
+    picture = cv2.imread(str(out))
+    assert (picture[40, 20] != 255).any() and (picture[40, 80] != 255).any()
+    assert (picture[36:45, 46:55] == 255).all()  # the keypoint scored 0.2
+    # The face detector's keypoints [K, P, 2] have no score: every one is drawn, listed as [x, y].
+    plain = {**outputs, "keypoints": outputs["keypoints"][..., :2]}
+    report = detection_client.CLIENT.report("x.png", plain, image, argparse.Namespace(draw=out, single_image=True))
+    assert report.record["detections"][0]["keypoints"] == [[20.0, 40.0], [50.0, 40.0], [80.0, 40.0]]
+    assert (cv2.imread(str(out))[40, 50] != 255).any()
+
+
+def test_coco_keypoints_are_joined_by_their_limbs_where_both_ends_are_drawn(tmp_path):
+    """17 keypoints: Ultralytics' skeleton. Shoulders (5, 6) both drawn: their limb is; the left elbow (7) scored 0.1:
+    neither it nor the upper arm to it is."""
+    keypoints = [[90.0, 70.0, 0.1]] * 17
+    keypoints[5], keypoints[6], keypoints[7] = [20.0, 20.0, 0.9], [80.0, 20.0, 0.8], [20.0, 60.0, 0.1]
+    out = tmp_path / "person.png"
+    args = argparse.Namespace(draw=out, single_image=True)
+    detection_client.CLIENT.report("p.png", pose_outputs(keypoints), png(np.full((80, 100, 3), 255, np.uint8)), args)
+    picture = cv2.imread(str(out))
+    assert (picture[20, 50] != 255).any()  # mid-shoulders
+    assert (picture[36:45, 15:26] == 255).all() and (picture[56:65, 15:26] == 255).all()  # no upper arm, no elbow
+
+
+class PoseServer(FakeServer):
+    """A detection pipeline of a pose model on the fake server: one detection of 3 keypoints per image; its postprocess
+    names them (``keypoint_names``) or not."""
+
+    ENSEMBLE: ClassVar[dict[str, Any]] = {
+        "name": "poses",
+        "max_batch_size": 4,
+        "input": [{"name": "IMAGE", "data_type": "TYPE_STRING", "dims": ["1"]}],
+        "output": [
+            {"name": "BOXES", "data_type": "TYPE_FP32", "dims": ["-1", "4"]},
+            {"name": "SCORES", "data_type": "TYPE_FP32", "dims": ["-1"]},
+            {"name": "CLASS_IDS", "data_type": "TYPE_INT32", "dims": ["-1"]},
+            {"name": "LABELS", "data_type": "TYPE_STRING", "dims": ["-1"]},
+            {"name": "COUNT", "data_type": "TYPE_INT32", "dims": ["1"]},
+            {"name": "KEYPOINTS", "data_type": "TYPE_FP32", "dims": ["-1", "3", "3"]},
+        ],
+        "ensemble_scheduling": {"step": [{"model_name": "poses_preprocess"}, {"model_name": "poses_postprocess"}]},
+    }
+
+    def __init__(self, names: str | None) -> None:
+        super().__init__()
+        parameters = {"task": {"string_value": "detection"}, **({"keypoint_names": {"string_value": names}} if names else {})}
+        self.CONFIGS = {
+            "poses": self.ENSEMBLE,
+            "poses_preprocess": {"name": "poses_preprocess", "parameters": {}},
+            "poses_postprocess": {"name": "poses_postprocess", "parameters": parameters},
+        }
+        self.config_requests: list[str] = []
+
+    def get_model_config(self, model: str, **options: object) -> dict[str, Any]:
+        self.config_requests.append(model)
+        return super().get_model_config(model, **options)
+
+    def infer(self, model: str, inputs: list[Any], **_: object) -> FakeResult:
+        count = inputs[0].shape()[0]
+        self.requests.append(count)
+        outputs = pose_outputs([[20, 40, 0.9], [50, 40, 0.2], [80, 40, 0.5]])
+        return FakeResult({name.upper(): np.stack([value[None] if name == "count" else value] * count) for name, value in outputs.items()})
+
+
+@pytest.mark.parametrize("names", ["apex,left,right", None])
+def test_the_detection_client_names_the_keypoints_as_the_postprocess_config_does(monkeypatch, tmp_path, capsys, names):
+    """``--json``: every keypoint with its score, and the names the server's postprocess config gives them (read once
+    per run), none where it gives none."""
+    server = PoseServer(names)
+    monkeypatch.setattr(client, "connect", lambda args: client.TritonConnection("grpc", "fake:0", 5.0, client=server))
+    files = []
+    for name in ("a.png", "b.png"):
+        (tmp_path / name).write_bytes(png(np.full((80, 100, 3), 255, np.uint8)))
+        files.append(str(tmp_path / name))
+    assert client.script_main("detection", ["--model", "poses", "--json", "--draw", str(tmp_path / "drawn"), *files]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [record["detections"][0]["keypoints"] for record in records] == [[[20.0, 40.0, 0.9], [50.0, 40.0, 0.2], [80.0, 40.0, 0.5]]] * 2
+    assert [record.get("keypoint_names") for record in records] == [names.split(",") if names else None] * 2
+    assert server.config_requests.count("poses_postprocess") == 2  # the interface's look, and the names' once
+    assert (tmp_path / "drawn" / f"a{detection_client.DRAWN_SUFFIX}").is_file()
