@@ -37,17 +37,20 @@ def heads() -> dict[str, list[tuple[int, ...]]]:
 
 def postprocessor(head: str, folder: Path) -> DetectionPostprocessor:
     """The postprocess model new-pipeline writes for such a model (its config and labels), loaded."""
-    (shape,) = heads()[head]
+    shapes = heads()[head]
+    kind = detection_heads.head_class(head)
     model = yolo_family.YoloModel(
         input_name="images",
         height=SIZE,
         width=SIZE,
-        output_names=("output0",),
-        output_shapes=((1, *shape),),
+        output_names=tuple(f"output{index}" for index in range(len(shapes))),
+        output_shapes=tuple((1, *shape) for shape in shapes),
         head=head,
         names=tuple(f"class_{i}" for i in range(CLASSES)),
         static_batch=False,
         ultralytics=True,
+        task=kind.task,
+        head_parameters=tuple(kind.example_parameters.items()),
     )
     files = yolo_family.files("bench", model, "bench.onnx", "0" * 64, ["stable_io_names"], 16)
     (folder / yolo_family.LABELS_FILE).write_text(files[f"bench_postprocess/{yolo_family.LABELS_FILE}"])
@@ -58,9 +61,10 @@ def postprocessor(head: str, folder: Path) -> DetectionPostprocessor:
 def measure(head: str, candidates: int, batch: int, repeats: int, folder: Path) -> dict[str, Any]:
     post = postprocessor(head, folder)
     rng = np.random.default_rng([candidates, len(head)])
-    (raw,) = detection_heads.head_class(head).synthetic_outputs(heads()[head], batch, candidates, (SIZE, SIZE), rng)
+    raw = detection_heads.head_class(head).synthetic_outputs(heads()[head], batch, candidates, (SIZE, SIZE), rng)
+    roles = [role.role for role in post.settings.head.input_roles() if role.from_core]
     tensors = {
-        "PREDICTIONS": raw,  # the names the family writes
+        **{role.upper(): value for role, value in zip(roles, raw)},  # the names the family writes
         "IMAGE_SIZE": np.tile(np.array([[480, 640]], np.int32), (batch, 1)),
         "IMAGE_TRANSFORM": np.tile(np.array([[1.0, 1.0, 0.0, 80.0]], np.float32), (batch, 1)),
     }

@@ -230,11 +230,17 @@ def measure_detection(result: dict, repeats: int, batch: int = 8) -> None:
     )
     with tempfile.TemporaryDirectory() as scratch:
         for head, shapes in detection.heads().items():
-            (dims,) = shapes
             report.log(BENCHMARK, f"detection postprocess, {head}")
             for candidates in detection.CANDIDATES:
                 measured = detection.measure(head, candidates, batch, repeats, Path(scratch))
-                report.add(result, "detection", head=head, raw_output=list(dims), candidates=candidates, **measured)
+                report.add(
+                    result,
+                    "detection",
+                    head=head,
+                    raw_output=" + ".join(str(list(dims)) for dims in shapes),
+                    candidates=candidates,
+                    **measured,
+                )
 
 
 def measure_text_canvas(result: dict) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from builders import photos
-from tests.support import background, references
+from tests.support import background, references, yolo
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -145,6 +145,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     background.install(installs)
     if any("built_repository" in getattr(item, "fixturenames", ()) for item in session.items):
         background.BUILD.start()
+    yolo.train_in_background(_yolo_trainers(session.items))
+
+
+def _yolo_trainers(items: list[pytest.Item]) -> list:
+    """The ``trained`` of each YOLO model the selected tests' modules use, in the order the run reaches them: a task's
+    (tests/support/yolo_<task>.py) where a module imports it, else the detector's (tests/support/yolo.py, which the
+    task modules import for its helpers)."""
+    trainers: list = []
+    for item in items:
+        module = getattr(item, "module", None)
+        supports = (
+            [value for value in vars(module).values() if getattr(value, "__name__", "").startswith("tests.support.yolo")] if module else []
+        )
+        tasks = [support for support in supports if support is not yolo and hasattr(support, "trained")]
+        for support in tasks or [support for support in supports if support is yolo]:
+            if support.trained not in trainers:
+                trainers.append(support.trained)
+    return trainers
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

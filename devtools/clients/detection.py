@@ -12,8 +12,12 @@ from typing import Any
 import cv2
 import numpy as np
 
-from . import drawing
+from . import draw_masks, draw_rotated, drawing
 from .base import ClientReport, TaskClient, text
+
+# What the heads add to the detection task's answers, each drawn over the picture and listed per detection (a module
+# with painter and fields; both do nothing where a pipeline has not its outputs): masks, rotated boxes.
+EXTRA_ANSWERS = (draw_masks, draw_rotated)
 
 DRAWN_SUFFIX = ".detections.jpg"
 BOX_COLOR = (0, 220, 0)  # BGR
@@ -138,7 +142,10 @@ class DetectionClient(TaskClient):
         keypoints = outputs.get("keypoints")
         points = None if keypoints is None else np.asarray(keypoints).reshape(-1, *np.asarray(keypoints).shape[-2:])[:count]
         out, single = getattr(args, "draw", None), getattr(args, "single_image", True)
-        drawn = drawing.draw(name, image, out, single, DRAWN_SUFFIX, paint(boxes, scores, labels, points))
+        painter = paint(boxes, scores, labels, points)
+        for extra in EXTRA_ANSWERS:
+            painter = extra.painter(outputs, count, painter)
+        drawn = drawing.draw(name, image, out, single, DRAWN_SUFFIX, painter)
         tally: dict[str, int] = {}
         for label in labels:
             tally[label] = tally.get(label, 0) + 1
@@ -161,6 +168,8 @@ class DetectionClient(TaskClient):
             }
             if points is not None:
                 item["keypoints"] = keypoint_records(points[index])
+            for extra in EXTRA_ANSWERS:
+                item.update(extra.fields(outputs, index))
             detections.append(item)
         record: dict[str, Any] = {"file": name, "detections": detections}
         names = keypoint_names(args) if points is not None else None

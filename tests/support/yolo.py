@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -118,40 +118,39 @@ def train_task_key(task: str, writer_file: Path, epochs: int, extra_key: str = "
     return digest.hexdigest()[:16] if task == "detect" else f"{task}-{digest.hexdigest()[:16]}"
 
 
-_training_lock = threading.Lock()  # one training at a time in this process (the background one and a fixture's)
-_background: Future[Path] | None = None
+_training_lock = threading.RLock()  # one training at a time in this process (the background ones and a fixture's)
+_background: list[Future[Path]] = []
 
 
-def train_in_background() -> None:
-    """Start :func:`trained` in a thread, so a run that will need the detector trains it while other tests
-    run (the training is a subprocess: it takes CPU, not this interpreter); :func:`trained` waits for it."""
-    global _background
-    if _background is None and not (CACHE / _key() / "training.json").is_file():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        log_file = CACHE / "background-training.log"
+def train_in_background(trainers: Sequence[Callable[[Callable[[str], None]], Path]]) -> None:
+    """Train each of ``trainers`` (the detector's :func:`trained`, or another task's ``trained(log)``), in order, in
+    one thread, so a run that will need them trains them while other tests run (each training is a subprocess: it takes CPU, not this interpreter).
+    A test's own ``trained()`` then finds its model cached, or waits for the training under way (one lock); a
+    training that failed here is tried again there, where its error is raised."""
+    if _background:
+        return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    log_file = CACHE / "background-training.log"
 
-        def log(message: str) -> None:
-            with open(log_file, "a") as handle:
-                handle.write(message + "\n")
+    def log(message: str) -> None:
+        with open(log_file, "a") as handle:
+            handle.write(message + "\n")
 
-        future: Future[Path] = Future()
-
-        def work() -> None:
+    def work() -> None:
+        for index, trainer in enumerate(trainers):
             try:
-                future.set_result(_train_once(log))
-            except BaseException as error:  # raised by trained() in the test that needs it
-                future.set_exception(error)
+                _background[index].set_result(trainer(log))
+            except BaseException as error:  # the test that needs it trains again and raises its own
+                _background[index].set_exception(error)
 
-        _background = future
-        # A daemon thread: a run that ends early does not wait for the training (its subprocess finishes on its own).
-        threading.Thread(target=work, name="yolo-training", daemon=True).start()
+    _background.extend(Future() for _ in trainers)
+    # A daemon thread: a run that ends early does not wait for the training (its subprocess finishes on its own).
+    threading.Thread(target=work, name="yolo-training", daemon=True).start()
 
 
 def trained(log=print) -> Path:
-    """The folder holding yolo.onnx, end2end.onnx and training.json (trained once per key; a training
-    started by :func:`train_in_background` is waited for, and its failure raised here)."""
-    if _background is not None:
-        _background.result()
+    """The folder holding the detector's exports and training.json (trained once per key; a training under way in
+    the background is waited for)."""
     return _train_once(log)
 
 
@@ -168,6 +167,11 @@ def train_task(task: str, write: Callable[[Path], Path], writer_file: Path, log,
     """A YOLOv8n of ``task`` trained by Ultralytics on the dataset ``write(folder)`` draws (it returns the path to pass
     as ``data``), exported (``ultralytics_yolo.exports``): the folder of its ONNX files and training.json, cached by the
     hash of the script, ``writer_file`` (the module that draws the data), the environment and the settings."""
+    with _training_lock:
+        return _train_task(task, write, writer_file, log, epochs, extra_key)
+
+
+def _train_task(task: str, write: Callable[[Path], Path], writer_file: Path, log, epochs: int, extra_key: str) -> Path:
     folder = CACHE / train_task_key(task, writer_file, epochs, extra_key)
     if (folder / "training.json").is_file():
         return folder

@@ -105,8 +105,7 @@ def write_dataset(root: Path, seed: int = 1) -> Path:
 
 def trained(log=print) -> Path:
     """The folder holding static.onnx, dynamic.onnx and training.json (trained once, cached)."""
-    with yolo._training_lock:
-        return yolo.train_task("obb", write_dataset, Path(__file__), log, epochs=EPOCHS)
+    return yolo.train_task("obb", write_dataset, Path(__file__), log, epochs=EPOCHS)
 
 
 def surer(source: Path, target: Path, odds: float = ODDS) -> Path:

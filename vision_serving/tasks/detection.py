@@ -5,7 +5,9 @@ Postprocess config (``task: "detection"``):
 - ``head``: the raw output format (:mod:`.detection_heads.registry`): ``mediapipe_ssd``
   (MediaPipe's SSD face detector), ``yolo`` (``[4 + C, A]``: YOLOv5u, v8, 11), ``yolo_v5``
   (``[A, 5 + C]``: the original YOLOv5), ``end2end`` (``[K, 6]``: NMS in the model), ``yolo_pose``
-  (``[4 + C + P x D, A]``: Ultralytics' pose models); the head's own parameters beside it;
+  (``[4 + C + P x D, A]``: Ultralytics' pose models), ``yolo_segment`` (``[4 + C + M, A]`` and the prototypes
+  ``[M, H/4, W/4]``: its segment models), ``yolo_obb`` (``[4 + C + 1, A]``: its oriented-box models); the head's own
+  parameters beside it;
 - ``score_threshold``, ``iou_threshold``: the defaults of the per-image request inputs
   ``SCORE_THRESHOLD`` and ``IOU_THRESHOLD`` (FP32 ``[1]``, optional);
 - ``max_detections``: at most this many detections per image (the best ones);
@@ -20,7 +22,9 @@ FP32 ``[4]`` the preprocess model's tensor transform (``tensor = image * scale +
 the photo; the optional thresholds. Outputs: FP32 ``[K, 4]`` boxes (x_min, y_min, x_max, y_max,
 pixels), FP32 ``[K]`` scores, INT32 ``[K]`` class ids, BYTES ``[K]`` labels, INT32 ``[1]``
 count, and for heads with keypoints FP32 ``[K, P, D]`` keypoints (x, y in the photo's pixels, and
-the keypoint's score where D is 3). ``K`` is the largest count in
+the keypoint's score where D is 3), and what the head adds (:attr:`Head.extra_answers`: a segment head's
+BYTES ``[K]`` masks and INT32 ``[K, 4]`` mask boxes, an oriented-box head's FP32 ``[K, 5]`` rotated boxes and
+``[K, 4, 2]`` corners). ``K`` is the largest count in
 the request (at most ``max_detections``); rows past an image's count are zero (labels empty).
 
 Drift features: ``detections`` per image and ``confidence`` (mean score of the kept ones).

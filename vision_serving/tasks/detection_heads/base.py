@@ -117,6 +117,9 @@ class Head(ABC):
         classes (None: unknown, then the shape alone decides)."""
         return False
 
+    # The config parameters of the model :meth:`example_shapes` describes (a pose model's keypoint shape).
+    example_parameters: ClassVar[dict[str, str]] = {}
+
     @classmethod
     def example_shapes(cls, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
         """The per-image output dims a model of this head gives for ``classes`` classes at that input size."""

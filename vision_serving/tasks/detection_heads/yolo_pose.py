@@ -53,6 +53,7 @@ class YoloPoseHead(Head):
     exports = "YOLOv8, 11, 26 pose"
     yolo_export = True
     task = "pose"
+    example_parameters: ClassVar[dict[str, str]] = {"keypoint_shape": f"{COCO_KEYPOINTS[0]},{COCO_KEYPOINTS[1]}"}
     _classes = 0
 
     def __init__(self, values: Mapping[str, Any]) -> None:
