@@ -487,15 +487,25 @@ def files(name: str, model: YoloModel, source_name: str, sha256: str, passes: li
     """Every text file of the pipeline folder, by its path in the folder."""
     header = f"# Written by `python -m builders new-pipeline {name} --from yolo` for {source_name} ({model.head} head)."
     queue = max(16, 2 * max_batch)
-    written = {
-        layout.RECIPE_FILENAME: _recipe(header, name, model, source_name, sha256, passes),
-        f"{name}/config.pbtxt": _ensemble_config(header, name, model, max_batch),
-        f"{name}/1/README": "Ensembles hold no files; Triton needs the version folder.\n",
-        f"{name}_preprocess/config.pbtxt": _preprocess_config(header, name, model, max_batch),
-        f"{name}_core/config.pbtxt": _core_config_file(header, name, model, max_batch, queue),
-        f"{name}_postprocess/config.pbtxt": _postprocess_config(header, name, model, max_batch, queue),
-        f"{name}_postprocess/{LABELS_FILE}": "".join(f"{label}\n" for label in model.names),
-    }
+    return folder_files(
+        name,
+        _recipe(header, name, model, source_name, sha256, passes),
+        {
+            name: _ensemble_config(header, name, model, max_batch),
+            f"{name}_preprocess": _preprocess_config(header, name, model, max_batch),
+            f"{name}_core": _core_config_file(header, name, model, max_batch, queue),
+            f"{name}_postprocess": _postprocess_config(header, name, model, max_batch, queue),
+        },
+        model.names,
+    )
+
+
+def folder_files(name: str, recipe: str, configs: dict[str, str], labels: Sequence[str]) -> dict[str, str]:
+    """A pipeline folder's files: the recipe, each model's ``config.pbtxt`` (by model name), the labels beside the
+    postprocess, the Python models' entry points, the ensemble's empty version folder and the core's CPU variants."""
+    written = {layout.RECIPE_FILENAME: recipe, f"{name}/1/README": "Ensembles hold no files; Triton needs the version folder.\n"}
+    written |= {f"{model}/config.pbtxt": text for model, text in configs.items()}
+    written[f"{name}_postprocess/{LABELS_FILE}"] = "".join(f"{label}\n" for label in labels)
     for role in ("preprocess", "core", "postprocess"):
         written[f"{name}_{role}/1/model.py"] = (
             f'"""Triton entry point; the model lives in vision_serving.triton_models.{role} (shared by every pipeline)."""\n\n'

@@ -34,7 +34,6 @@ from typing import Any, BinaryIO
 from builders import BuildError, Log
 from builders.artifacts import sha256_file
 from builders.families import yolo
-from vision_serving import layout
 from vision_serving.tasks import classification
 
 TASK = "classify"  # Ultralytics' metadata
@@ -252,22 +251,17 @@ def files(name: str, model: ClassifyModel, source_name: str, sha256: str, passes
     """Every text file of the pipeline folder, by its path in the folder."""
     header = f"# Written by `python -m builders new-pipeline {name} --from yolo` for {source_name} (Ultralytics classify)."
     queue = max(16, 2 * max_batch)
-    written = {
-        layout.RECIPE_FILENAME: _recipe(header, name, model, source_name, sha256, passes),
-        f"{name}/config.pbtxt": _ensemble_config(header, name, model, max_batch),
-        f"{name}/1/README": "Ensembles hold no files; Triton needs the version folder.\n",
-        f"{name}_preprocess/config.pbtxt": _preprocess_config(header, name, model, max_batch),
-        f"{name}_core/config.pbtxt": _core_config_file(header, name, model, max_batch, queue),
-        f"{name}_postprocess/config.pbtxt": _postprocess_config(header, name, model, max_batch, queue),
-        f"{name}_postprocess/{yolo.LABELS_FILE}": "".join(f"{label}\n" for label in model.names),
-    }
-    for role in ("preprocess", "core", "postprocess"):
-        written[f"{name}_{role}/1/model.py"] = (
-            f'"""Triton entry point; the model lives in vision_serving.triton_models.{role} (shared by every pipeline)."""\n\n'
-            f"from vision_serving.triton_models.{role} import TritonPythonModel  # noqa: F401\n"
-        )
-    written.update(yolo.cpu_variant_files(name, written[f"{name}_core/config.pbtxt"]))
-    return written
+    return yolo.folder_files(
+        name,
+        _recipe(header, name, model, source_name, sha256, passes),
+        {
+            name: _ensemble_config(header, name, model, max_batch),
+            f"{name}_preprocess": _preprocess_config(header, name, model, max_batch),
+            f"{name}_core": _core_config_file(header, name, model, max_batch, queue),
+            f"{name}_postprocess": _postprocess_config(header, name, model, max_batch, queue),
+        },
+        model.names,
+    )
 
 
 def _recipe(header: str, name: str, model: ClassifyModel, source_name: str, sha256: str, passes: list[str]) -> str:

@@ -79,30 +79,72 @@ def backgrounds() -> list[np.ndarray]:
     return [cv2.imdecode(np.frombuffer(photos.photo_bytes(name), np.uint8), cv2.IMREAD_COLOR) for name in BACKGROUNDS]
 
 
-def write_dataset(root: Path, seed: int = 1) -> Path:
-    """The training set (half on flat colours, half on photo crops) and a validation set; returns data.yaml."""
+# A labelled scene: (height, width, background or None) -> the image and its label file's lines.
+DrawScene = Callable[[np.random.Generator, int, int, "np.ndarray | None"], tuple[np.ndarray, str]]
+
+
+def write_yolo_dataset(
+    root: Path,
+    draw: DrawScene,
+    names: Sequence[str],
+    counts: tuple[int, int],
+    on_photo: Callable[[int], bool],
+    seed: int = 1,
+    yaml_extra: str = "",
+) -> Path:
+    """A training and a validation set in Ultralytics' layout (``images/<split>``, ``labels/<split>``): scenes of 96 to
+    200 px, those ``on_photo`` picks drawn on a crop of a package photo; returns data.yaml (``yaml_extra`` added)."""
     pictures = backgrounds()
-    for split, count, offset in (("train", TRAIN_IMAGES, 0), ("val", VAL_IMAGES, 1)):
+    for split, count, offset in (("train", counts[0], 0), ("val", counts[1], 1)):
         rng = np.random.default_rng([seed, offset])
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
         for index in range(count):
             height, width = int(rng.integers(96, 200)), int(rng.integers(96, 200))
             background = None
-            if index % 2:
+            if on_photo(index):
                 picture = pictures[int(rng.integers(0, len(pictures)))]
                 top, left = int(rng.integers(0, picture.shape[0] // 2)), int(rng.integers(0, picture.shape[1] // 2))
                 background = picture[top : top + picture.shape[0] // 2, left : left + picture.shape[1] // 2]
-            image, labels = scene(rng, height, width, background)
+            image, lines = draw(rng, height, width, background)
             cv2.imwrite(str(root / "images" / split / f"{index:04d}.png"), image)
-            (root / "labels" / split / f"{index:04d}.txt").write_text(
-                "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
-            )
+            (root / "labels" / split / f"{index:04d}.txt").write_text(lines)
     data = root / "data.yaml"
     data.write_text(
-        f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n" + "".join(f"  {i}: {n}\n" for i, n in enumerate(CLASSES))
+        f"path: {root}\ntrain: images/train\nval: images/val\n{yaml_extra}names:\n" + "".join(f"  {i}: {n}\n" for i, n in enumerate(names))
     )
     return data
+
+
+def write_new_scenes(
+    folder: Path, count: int, seed: int, prefix: str, draw: Callable[[np.random.Generator, int, int, np.ndarray | None], np.ndarray]
+) -> dict[str, bytes]:
+    """``count`` scenes a model never saw, 90 to 420 px, every other one on a package photo, PNG and JPEG, written to
+    ``folder``: file name -> bytes."""
+    rng = np.random.default_rng([seed, 7])
+    pictures = backgrounds()
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for index in range(count):
+        height, width = int(rng.integers(90, 420)), int(rng.integers(90, 420))
+        image = draw(rng, height, width, pictures[index % len(pictures)] if index % 2 else None)
+        suffix = ".png" if index % 3 else ".jpg"
+        ok, data = cv2.imencode(suffix, image, [cv2.IMWRITE_JPEG_QUALITY, 92])
+        assert ok
+        name = f"{prefix}_{index:03d}{suffix}"
+        (folder / name).write_bytes(data.tobytes())
+        written[name] = data.tobytes()
+    return written
+
+
+def write_dataset(root: Path, seed: int = 1) -> Path:
+    """The detector's training set (half on flat colours, half on photo crops) and a validation set; returns data.yaml."""
+
+    def draw(rng: np.random.Generator, height: int, width: int, background: np.ndarray | None) -> tuple[np.ndarray, str]:
+        image, labels = scene(rng, height, width, background)
+        return image, "".join(f"{c} {x:.6f} {y:.6f} {w:.6f} {h:.6f}\n" for c, x, y, w, h in labels)
+
+    return write_yolo_dataset(root, draw, CLASSES, (TRAIN_IMAGES, VAL_IMAGES), lambda index: index % 2 == 1, seed)
 
 
 def _key() -> str:

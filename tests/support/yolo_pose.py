@@ -80,33 +80,18 @@ def label_line(label) -> str:
 
 
 def write_dataset(root: Path, seed: int = 1) -> Path:
-    """The training set (half on flat colours, half on photo crops) and a validation set; returns data.yaml."""
-    pictures = yolo.backgrounds()
-    for split, count, offset in (("train", TRAIN_IMAGES, 0), ("val", VAL_IMAGES, 1)):
-        rng = np.random.default_rng([seed, offset])
-        (root / "images" / split).mkdir(parents=True, exist_ok=True)
-        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
-        for index in range(count):
-            height, width = int(rng.integers(96, 200)), int(rng.integers(96, 200))
-            background = None
-            if index % 2:
-                picture = pictures[int(rng.integers(0, len(pictures)))]
-                top, left = int(rng.integers(0, picture.shape[0] // 2)), int(rng.integers(0, picture.shape[1] // 2))
-                background = picture[top : top + picture.shape[0] // 2, left : left + picture.shape[1] // 2]
-            image, labels = scene(rng, height, width, background)
-            cv2.imwrite(str(root / "images" / split / f"{index:04d}.png"), image)
-            (root / "labels" / split / f"{index:04d}.txt").write_text("".join(label_line(label) for label in labels))
-    data = root / "data.yaml"
-    data.write_text(
-        f"path: {root}\ntrain: images/train\nval: images/val\n"
-        f"kpt_shape: [{len(KEYPOINTS)}, 3]\nflip_idx: [{', '.join(map(str, FLIP))}]\n"
-        "names:\n"
-        + "".join(f"  {i}: {n}\n" for i, n in enumerate(CLASSES))
-        # Ultralytics' per-class keypoint names (coco-pose.yaml's layout): its exports carry them as kpt_names.
-        + "kpt_names:\n"
-        + "".join(f"  {i}: [{', '.join(KEYPOINTS)}]\n" for i in range(len(CLASSES)))
+    """The training set (half on flat colours, half on photo crops) and a validation set; returns data.yaml, with the
+    keypoint shape, the flip order and Ultralytics' per-class keypoint names (coco-pose.yaml's layout: its exports carry
+    them as kpt_names)."""
+
+    def draw(rng: np.random.Generator, height: int, width: int, background: np.ndarray | None) -> tuple[np.ndarray, str]:
+        image, labels = scene(rng, height, width, background)
+        return image, "".join(label_line(label) for label in labels)
+
+    extra = f"kpt_shape: [{len(KEYPOINTS)}, 3]\nflip_idx: [{', '.join(map(str, FLIP))}]\nkpt_names:\n" + "".join(
+        f"  {i}: [{', '.join(KEYPOINTS)}]\n" for i in range(len(CLASSES))
     )
-    return data
+    return yolo.write_yolo_dataset(root, draw, CLASSES, (TRAIN_IMAGES, VAL_IMAGES), lambda index: index % 2 == 1, seed, extra)
 
 
 def trained(log=print) -> Path:
@@ -116,17 +101,6 @@ def trained(log=print) -> Path:
 
 def write_scenes(folder: Path, count: int, seed: int) -> dict[str, bytes]:
     """``count`` scenes the model never saw, at many sizes and aspect ratios, PNG and JPEG: name -> file bytes."""
-    rng = np.random.default_rng([seed, 7])
-    pictures = yolo.backgrounds()
-    folder.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for index in range(count):
-        height, width = int(rng.integers(90, 420)), int(rng.integers(90, 420))
-        background = pictures[index % len(pictures)] if index % 2 else None
-        image, _ = scene(rng, height, width, background)
-        suffix = ".png" if index % 3 else ".jpg"
-        ok, data = cv2.imencode(suffix, image, [cv2.IMWRITE_JPEG_QUALITY, 92])
-        assert ok
-        (folder / f"pose_{index:03d}{suffix}").write_bytes(data.tobytes())
-        written[f"pose_{index:03d}{suffix}"] = data.tobytes()
-    return written
+    return yolo.write_new_scenes(
+        folder, count, seed, "pose", lambda rng, height, width, background: scene(rng, height, width, background)[0]
+    )

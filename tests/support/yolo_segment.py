@@ -88,27 +88,13 @@ def label_line(label, height: int, width: int) -> str:
 
 
 def write_dataset(root: Path, seed: int = 1) -> Path:
-    """The training set (half on flat colours, half on photo crops) and a validation set; returns data.yaml."""
-    pictures = yolo.backgrounds()
-    for split, count, offset in (("train", TRAIN_IMAGES, 0), ("val", VAL_IMAGES, 1)):
-        rng = np.random.default_rng([seed, offset])
-        (root / "images" / split).mkdir(parents=True, exist_ok=True)
-        (root / "labels" / split).mkdir(parents=True, exist_ok=True)
-        for index in range(count):
-            height, width = int(rng.integers(96, 200)), int(rng.integers(96, 200))
-            background = None
-            if index % PHOTOS == 1:
-                picture = pictures[int(rng.integers(0, len(pictures)))]
-                top, left = int(rng.integers(0, picture.shape[0] // 2)), int(rng.integers(0, picture.shape[1] // 2))
-                background = picture[top : top + picture.shape[0] // 2, left : left + picture.shape[1] // 2]
-            image, labels = scene(rng, height, width, background)
-            cv2.imwrite(str(root / "images" / split / f"{index:04d}.png"), image)
-            (root / "labels" / split / f"{index:04d}.txt").write_text("".join(label_line(label, height, width) for label in labels))
-    data = root / "data.yaml"
-    data.write_text(
-        f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n" + "".join(f"  {i}: {n}\n" for i, n in enumerate(CLASSES))
-    )
-    return data
+    """The training set (a third on photo crops) and a validation set; returns data.yaml."""
+
+    def draw(rng: np.random.Generator, height: int, width: int, background: np.ndarray | None) -> tuple[np.ndarray, str]:
+        image, labels = scene(rng, height, width, background)
+        return image, "".join(label_line(label, height, width) for label in labels)
+
+    return yolo.write_yolo_dataset(root, draw, CLASSES, (TRAIN_IMAGES, VAL_IMAGES), lambda index: index % PHOTOS == 1, seed)
 
 
 def trained(log=print) -> Path:
