@@ -160,6 +160,8 @@ class YoloObbHead(Head):
         Role("rotated_boxes", "FP32", (-1, 5), name="ROTATED_BOXES"),
         Role("corners", "FP32", (-1, 4, 2), name="CORNERS"),
     )
+    # The precision gate: a lower precision's rotated box of each matched detection against FP32's, by probabilistic IoU.
+    gate_defaults: ClassVar[dict[str, float]] = {"min_matched_rotated_iou": 0.90}
     _classes = 0
 
     @classmethod
@@ -258,6 +260,14 @@ class YoloObbHead(Head):
         boxes = bounds(corners(self.rotated_to_photo(found, transforms)))
         boxes[np.arange(boxes.shape[1])[None, :] >= found.counts[:, None]] = 0
         return boxes
+
+    def gate_similarities(
+        self, reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], i: int, j: int
+    ) -> dict[str, float]:
+        """The probabilistic IoU of the two rotated boxes (Ultralytics' rotated-box overlap)."""
+        first = np.asarray(reference["rotated_boxes"], np.float32)[i : i + 1]
+        second = np.asarray(candidate["rotated_boxes"], np.float32)[j : j + 1]
+        return {"matched_rotated_iou": float(probiou(first, second)[0, 0])}
 
     def extras_to_photo(
         self, found: TensorDetections, raw: Mapping[str, np.ndarray], transforms: np.ndarray, sizes: np.ndarray, boxes: np.ndarray

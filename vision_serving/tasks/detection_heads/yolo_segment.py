@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from ...model_config import ConfigError, ModelConfig
 from ..base import Role
-from ..segmentation import encode_png
+from ..segmentation import decode_png, encode_png
 from .base import (
     Head,
     NmsSettings,
@@ -136,6 +136,8 @@ class YoloSegmentHead(Head):
         Role("masks", "BYTES", (-1,), name="MASKS"),
         Role("mask_boxes", "INT32", (-1, 4), name="MASK_BOXES"),
     )
+    # The precision gate: a lower precision's mask of each matched detection against FP32's, by IoU.
+    gate_defaults: ClassVar[dict[str, float]] = {"min_matched_mask_iou": 0.90}
     _classes = 0
     _protos: tuple[int, int, int] | None = None
 
@@ -214,6 +216,23 @@ class YoloSegmentHead(Head):
         coefficients = predictions[images, last_class:, anchors]
         return hard_nms(len(predictions), images, boxes, best[images, anchors], class_ids, settings, extras={"coefficients": coefficients})
 
+    def gate_similarities(
+        self, reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], i: int, j: int
+    ) -> dict[str, float]:
+        """The IoU of the two masks, each placed at its MASK_BOXES (two empty masks agree)."""
+        first = _placed(reference, i)
+        second = _placed(candidate, j)
+        x0, y0 = min(first[1][0], second[1][0]), min(first[1][1], second[1][1])
+        x1, y1 = max(first[1][2], second[1][2]), max(first[1][3], second[1][3])
+        canvases = []
+        for mask, (bx0, by0, bx1, by1) in (first, second):
+            canvas = np.zeros((max(y1 - y0, 0), max(x1 - x0, 0)), bool)
+            if mask.size:
+                canvas[by0 - y0 : by1 - y0, bx0 - x0 : bx1 - x0] = mask > 0
+            canvases.append(canvas)
+        union = np.logical_or(*canvases).sum()
+        return {"matched_mask_iou": float(np.logical_and(*canvases).sum() / union) if union else 1.0}
+
     def extras_to_photo(
         self, found: TensorDetections, raw: Mapping[str, np.ndarray], transforms: np.ndarray, sizes: np.ndarray, boxes: np.ndarray
     ) -> dict[str, np.ndarray]:
@@ -237,3 +256,10 @@ class YoloSegmentHead(Head):
 
 
 HEAD = YoloSegmentHead
+
+
+def _placed(extras: Mapping[str, np.ndarray], row: int) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """Detection ``row``'s mask (``[h, w]``, empty where it covers no pixel) and its box (x0, y0, x1, y1)."""
+    x0, y0, x1, y1 = (int(v) for v in np.asarray(extras["mask_boxes"])[row])
+    data = bytes(np.asarray(extras["masks"], dtype=object)[row])
+    return (decode_png(data) if data else np.zeros((0, 0), np.uint8)), (x0, y0, x1, y1)

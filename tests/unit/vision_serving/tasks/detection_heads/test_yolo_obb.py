@@ -248,3 +248,13 @@ def test_the_head_reads_its_layout_and_refuses_another(tmp_path):
     assert head.example_shapes(15, 1024, 1024) == [(20, 21504)]  # DOTA's 15 classes at 1024
     with pytest.raises(ValueError, match="regularize_angles: expected true or false"):
         head.from_parameters({"regularize_angles": "yes"})
+
+
+def test_the_gate_compares_matched_rotated_boxes_by_probabilistic_iou():
+    from vision_serving.tasks.detection_heads import registry
+
+    head = registry.head_class("yolo_obb")({})
+    boxes = {"rotated_boxes": np.array([[50, 50, 40, 20, 0.3], [50, 50, 20, 40, 0.3 + np.pi / 2], [300, 300, 40, 20, 0.3]], np.float32)}
+    assert head.gate_similarities(boxes, boxes, 0, 0)["matched_rotated_iou"] == pytest.approx(1.0, abs=1e-3)
+    assert head.gate_similarities(boxes, boxes, 0, 1)["matched_rotated_iou"] == pytest.approx(1.0, abs=1e-3)  # the same box, turned
+    assert head.gate_similarities(boxes, boxes, 0, 2)["matched_rotated_iou"] < 0.01

@@ -183,3 +183,20 @@ def test_the_head_is_the_segment_task_and_reads_two_outputs():
     assert not YoloSegmentHead.fits([(4 + 3 + 32, 336), (32, 32, 32)], 4)
     assert not YoloSegmentHead.fits([(32, 32, 32), (4 + 3 + 32, 336)], 3)  # the prototypes second
     assert not YoloSegmentHead.fits([(4 + 3 + 32, 336)], 3)
+
+
+def test_the_gate_compares_matched_masks_by_iou():
+    from vision_serving.tasks.detection_heads import registry
+    from vision_serving.tasks.segmentation import encode_png
+
+    head = registry.head_class("yolo_segment")({})
+    square = np.full((10, 10), 255, np.uint8)
+    reference = {
+        "masks": np.array([encode_png(square, binary=True), b""], dtype=object),
+        "mask_boxes": np.array([[0, 0, 10, 10], [0, 0, 0, 0]]),
+    }
+    shifted = {"masks": np.array([encode_png(square, binary=True)], dtype=object), "mask_boxes": np.array([[5, 0, 15, 10]])}
+    assert head.gate_similarities(reference, reference, 0, 0) == {"matched_mask_iou": 1.0}
+    assert head.gate_similarities(reference, shifted, 0, 0)["matched_mask_iou"] == pytest.approx(50 / 150)
+    assert head.gate_similarities(reference, reference, 1, 1) == {"matched_mask_iou": 1.0}  # two empty masks agree
+    assert registry.head_class("yolo_segment").gate_defaults == {"min_matched_mask_iou": 0.9}
