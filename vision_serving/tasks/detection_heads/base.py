@@ -216,6 +216,19 @@ def anchor_free_anchors(height: int, width: int, strides: Sequence[int] = (8, 16
     return sum((height // stride) * (width // stride) for stride in strides)
 
 
+def best_class_candidates(
+    predictions: FloatArray, last_class: int, settings: NmsSettings
+) -> tuple[IntArray, IntArray, FloatArray, IntArray]:
+    """Ultralytics' candidates of anchor-free outputs ``[N, 4 + C + extra, A]`` (class scores in rows 4 to
+    ``last_class``): each anchor whose best class score is above its image's threshold, as (image, anchor, score, class),
+    image by image in anchor order. The max over the strided class axis is cheap, its argmax is not: the argmax is
+    taken only where an anchor can be kept."""
+    best = predictions[:, 4:last_class, :].max(axis=1)  # [N, A]
+    images, anchors = np.nonzero(best > settings.score_thresholds[:, None])
+    class_ids = predictions[images, 4:last_class, anchors].argmax(axis=-1).astype(np.int32)
+    return images, anchors, best[images, anchors], class_ids
+
+
 def tensor_dims(config: ModelConfig, name: str | None) -> list[int]:
     for item in config.input:
         if item.name == name:

@@ -20,6 +20,7 @@ from .base import (
     NmsSettings,
     TensorDetections,
     anchor_free_anchors,
+    best_class_candidates,
     hard_nms,
     synthetic_boxes,
     synthetic_scores,
@@ -72,11 +73,9 @@ class YoloHead(Head):
 
     def detect(self, raw: Mapping[str, np.ndarray], settings: NmsSettings) -> TensorDetections:
         predictions = np.asarray(raw["predictions"], dtype=np.float32)  # [N, 4 + C, A]
-        best = predictions[:, 4:, :].max(axis=1)  # [N, A]; a max over the strided class axis is cheap, its argmax is not
-        images, anchors = np.nonzero(best > settings.score_thresholds[:, None])
-        class_ids = predictions[images, 4:, anchors].argmax(axis=-1)  # the best class, found only where it can be kept
+        images, anchors, scores, class_ids = best_class_candidates(predictions, predictions.shape[1], settings)
         boxes = xywh_to_xyxy(predictions[images, :4, anchors])
-        return hard_nms(len(predictions), images, boxes, best[images, anchors], class_ids, settings)
+        return hard_nms(len(predictions), images, boxes, scores, class_ids, settings)
 
 
 HEAD = YoloHead

@@ -45,6 +45,7 @@ from .base import (
     NmsSettings,
     TensorDetections,
     anchor_free_anchors,
+    best_class_candidates,
     boolean,
     synthetic_boxes,
     synthetic_scores,
@@ -208,11 +209,8 @@ class YoloObbHead(Head):
         """Per image, the kept boxes' axis-aligned bounds in model-input pixels, and each one's ``xywhr`` (extras)."""
         predictions = np.asarray(raw["predictions"], dtype=np.float32)  # [N, 4 + C + 1, A]
         count, angle = len(predictions), predictions.shape[1] - 1
-        best = predictions[:, 4:angle, :].max(axis=1)
-        images, anchors = np.nonzero(best > settings.score_thresholds[:, None])
-        class_ids = predictions[images, 4:angle, anchors].argmax(axis=-1).astype(np.int32)
+        images, anchors, scores, class_ids = best_class_candidates(predictions, angle, settings)
         rboxes = predictions[images, :, anchors][:, [0, 1, 2, 3, angle]]  # [M, 5]
-        scores = best[images, anchors]
         starts = np.searchsorted(images, np.arange(count + 1))
         kept = [
             starts[i]

@@ -25,6 +25,7 @@ from .base import (
     NmsSettings,
     TensorDetections,
     anchor_free_anchors,
+    best_class_candidates,
     hard_nms,
     numbers,
     synthetic_boxes,
@@ -120,12 +121,10 @@ class YoloPoseHead(Head):
     def detect(self, raw: Mapping[str, np.ndarray], settings: NmsSettings) -> TensorDetections:
         predictions = np.asarray(raw["predictions"], dtype=np.float32)  # [N, 4 + C + P x D, A]
         last_class = 4 + self._classes
-        best = predictions[:, 4:last_class, :].max(axis=1)
-        images, anchors = np.nonzero(best > settings.score_thresholds[:, None])
-        class_ids = predictions[images, 4:last_class, anchors].argmax(axis=-1)
+        images, anchors, scores, class_ids = best_class_candidates(predictions, last_class, settings)
         boxes = xywh_to_xyxy(predictions[images, :4, anchors])
         keypoints = predictions[images, last_class:, anchors].reshape(len(images), self.num_keypoints, self.keypoint_values)
-        return hard_nms(len(predictions), images, boxes, best[images, anchors], class_ids, settings, keypoints)
+        return hard_nms(len(predictions), images, boxes, scores, class_ids, settings, keypoints)
 
 
 HEAD = YoloPoseHead

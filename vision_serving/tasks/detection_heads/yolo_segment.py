@@ -41,6 +41,7 @@ from .base import (
     NmsSettings,
     TensorDetections,
     anchor_free_anchors,
+    best_class_candidates,
     hard_nms,
     synthetic_boxes,
     synthetic_scores,
@@ -209,12 +210,10 @@ class YoloSegmentHead(Head):
     def detect(self, raw: Mapping[str, np.ndarray], settings: NmsSettings) -> TensorDetections:
         predictions = np.asarray(raw["predictions"], dtype=np.float32)  # [N, 4 + C + M, A]
         last_class = predictions.shape[1] - np.asarray(raw["protos"]).shape[1]
-        best = predictions[:, 4:last_class, :].max(axis=1)
-        images, anchors = np.nonzero(best > settings.score_thresholds[:, None])
-        class_ids = predictions[images, 4:last_class, anchors].argmax(axis=-1)
+        images, anchors, scores, class_ids = best_class_candidates(predictions, last_class, settings)
         boxes = xywh_to_xyxy(predictions[images, :4, anchors])
         coefficients = predictions[images, last_class:, anchors]
-        return hard_nms(len(predictions), images, boxes, best[images, anchors], class_ids, settings, extras={"coefficients": coefficients})
+        return hard_nms(len(predictions), images, boxes, scores, class_ids, settings, extras={"coefficients": coefficients})
 
     def gate_similarities(
         self, reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], i: int, j: int
