@@ -46,13 +46,17 @@ def _color(rng: np.random.Generator) -> tuple[int, int, int]:
     return tuple(int(v) for v in rng.integers(0, 256, 3))  # type: ignore[return-value]
 
 
-def scene(rng: np.random.Generator, height: int, width: int, background: np.ndarray | None = None, count: int | None = None):
-    """A BGR image of ``count`` (1..3) shapes and their YOLO labels ``(class, cx, cy, w, h)`` (normalized)."""
+def canvas(rng: np.random.Generator, height: int, width: int, background: np.ndarray | None) -> np.ndarray:
+    """A scene's ground: a flat colour with a little noise, or ``background`` resized to the scene."""
     if background is None:
         image = np.full((height, width, 3), _color(rng), np.uint8)
-        image = np.clip(image + rng.normal(0, 8, image.shape), 0, 255).astype(np.uint8)
-    else:
-        image = cv2.resize(background, (width, height), interpolation=cv2.INTER_AREA)
+        return np.clip(image + rng.normal(0, 8, image.shape), 0, 255).astype(np.uint8)
+    return cv2.resize(background, (width, height), interpolation=cv2.INTER_AREA)
+
+
+def scene(rng: np.random.Generator, height: int, width: int, background: np.ndarray | None = None, count: int | None = None):
+    """A BGR image of ``count`` (1..3) shapes and their YOLO labels ``(class, cx, cy, w, h)`` (normalized)."""
+    image = canvas(rng, height, width, background)
     labels = []
     for _ in range(int(rng.integers(1, 4)) if count is None else count):
         kind = int(rng.integers(0, len(CLASSES)))

@@ -47,11 +47,7 @@ def corners(cx: float, cy: float, width: float, height: float, angle: float) -> 
 
 def scene(rng: np.random.Generator, height: int, width: int, background: np.ndarray | None = None, count: int | None = None):
     """A BGR image of ``count`` (1..3) objects and their labels ``(class, corners [4, 2])`` in pixels."""
-    if background is None:
-        image = np.full((height, width, 3), _color(rng), np.uint8)
-        image = np.clip(image + rng.normal(0, 8, image.shape), 0, 255).astype(np.uint8)
-    else:
-        image = cv2.resize(background, (width, height), interpolation=cv2.INTER_AREA)
+    image = yolo.canvas(rng, height, width, background)
     labels = []
     for _ in range(int(rng.integers(1, 4)) if count is None else count):
         kind = int(rng.integers(0, len(CLASSES)))

@@ -44,11 +44,7 @@ def outline(kind: int, side: float, angle: float) -> np.ndarray:
 def scene(rng: np.random.Generator, height: int, width: int, background: np.ndarray | None = None, count: int | None = None):
     """A BGR image of ``count`` (1..3) shapes that do not overlap, and their labels ``(class, polygon [P, 2])`` in
     pixels (a shape that finds no free place after a few tries is left out)."""
-    if background is None:
-        image = np.full((height, width, 3), yolo._color(rng), np.uint8)
-        image = np.clip(image + rng.normal(0, 8, image.shape), 0, 255).astype(np.uint8)
-    else:
-        image = cv2.resize(background, (width, height), interpolation=cv2.INTER_AREA)
+    image = yolo.canvas(rng, height, width, background)
     taken = np.zeros((height, width), np.uint8)
     labels = []
     for _ in range(int(rng.integers(1, 4)) if count is None else count):
