@@ -76,6 +76,11 @@ DEFAULT_GPU_IMAGES_PER_S = 3000.0
 DEFAULT_UTILIZATION = 0.7
 DEPLOYMENT = layout.REPOSITORY_ROOT / "k8s" / "server" / "deployment.yaml"
 CPU_STEPS = ("preprocess", "postprocess")
+# The served steps' costs by where they run (benchmarks.steps.served_costs's names): the GPU pixel path moves the first.
+CPU_PREPROCESS = ("decode", "preprocess", "preprocess_drift")
+CPU_POSTPROCESS = ("postprocess", "postprocess_drift")
+GPU_PIXELS = layout.REPOSITORY_ROOT / "benchmarks" / "results" / "gpu_pixels.json"
+TILING = layout.REPOSITORY_ROOT / "benchmarks" / "results" / "tiling" / "tiling.json"
 # Host memory of the CUDA context, TensorRT's runtime and the plans' host copies in the server
 # process on a GPU: not measurable here (no GPU), an allowance the Deployment adds (docs/sizing.md).
 CUDA_HOST_GIB = 3.0
@@ -131,6 +136,7 @@ class Plan:
     pods: int
     gpu_utilization: float
     bottleneck: str
+    core_passes_per_image: int = 1  # a tiled pipeline's views per photo: each is a pass through the core
 
 
 def mix_shares(mix: str) -> dict[str, float]:
@@ -141,11 +147,44 @@ def mix_shares(mix: str) -> dict[str, float]:
     raise ValueError(f"unknown upload mix {mix!r}; known: {', '.join(MIXES)}")
 
 
-def cpu_ms_per_image(costs: dict[str, Any], pipeline: str, mix: str) -> float:
-    """The pod's CPU ms per image of ``pipeline`` for ``mix``: its CPU steps and the serving overhead."""
+def cpu_ms_per_image(costs: dict[str, Any], pipeline: str, mix: str, gpu_pixels: dict[str, Any] | None = None) -> float:
+    """The pod's CPU ms per image of ``pipeline`` for ``mix``: its CPU steps and the serving overhead; with
+    ``gpu_pixels`` (``python -m benchmarks.gpu_pixels --measure``'s run), the GPU pixel path's (:func:`pixel_path_ms`)."""
+    if gpu_pixels is not None:
+        return sum(pixel_path_ms(gpu_pixels, costs, pipeline, mix, "gpu").values())
     measured = costs["pipelines"][pipeline]
     steps = sum(share * sum(measured["steps"][kind].values()) for kind, share in mix_shares(mix).items())
     return steps + measured["overhead_ms"]
+
+
+def pixel_path_ms(recorded: dict[str, Any], costs: dict[str, Any], pipeline: str, mix: str, mode: str) -> dict[str, float]:
+    """CPU ms per image by part (preprocess, postprocess, hops) of ``pipeline`` for ``mix`` with its pixels on the
+    ``mode`` (cpu or gpu), from one run of ``python -m benchmarks.gpu_pixels --measure`` (both modes side by side)
+    and the serving overhead of ``costs`` (the hops, the same in both modes)."""
+    if pipeline not in recorded["pipelines"]:
+        raise ValueError(f"no GPU pixel path costs for pipeline {pipeline!r}; measured: {', '.join(recorded['pipelines'])}")
+    parts = {"preprocess": 0.0, "postprocess": 0.0}
+    for kind, share in mix_shares(mix).items():
+        measured = recorded["pipelines"][pipeline][kind]
+        before = measured["cpu_mode"]
+        own = sum(before.get(step, 0.0) for step in CPU_PREPROCESS) if mode == "cpu" else sum(measured["gpu_mode"].values())
+        parts["preprocess"] += share * own
+        parts["postprocess"] += share * sum(before.get(step, 0.0) for step in CPU_POSTPROCESS)
+    parts["hops"] = costs["pipelines"][pipeline]["overhead_ms"]
+    return parts
+
+
+def tiled_view_ms(recorded: dict[str, Any]) -> float:
+    """The Python steps' CPU ms per view past the first of a tiled pipeline (cutting a view, answering and merging it),
+    from ``python -m benchmarks.tiling``'s run: the tiled pipeline's preprocess and postprocess CPU per photo at its
+    most views less its untiled photo's, over the added views."""
+    rows = [row for row in recorded["rows"] if row.get("table") == "cost" and row["system"] == "tiled pipeline"]
+    untiled = next((row for row in rows if row["tiles"] == "untiled"), None)
+    if untiled is None or len(rows) < 2:
+        raise ValueError("the tiling run has no untiled and tiled rows of the tiled pipeline")
+    most = max(rows, key=lambda row: row["core_items"])
+    added = most["preprocess_cpu_ms"] + most["postprocess_cpu_ms"] - untiled["preprocess_cpu_ms"] - untiled["postprocess_cpu_ms"]
+    return max(0.0, added) / (most["core_items"] - untiled["core_items"])
 
 
 def memory_gib_per_pod(costs: dict[str, Any], vcpus: float) -> float:
@@ -263,16 +302,25 @@ def plan(
     gpu_images_per_s: float = DEFAULT_GPU_IMAGES_PER_S,
     vcpus_per_pod: float | None = None,
     utilization: float = DEFAULT_UTILIZATION,
+    gpu_pixels: dict[str, Any] | None = None,
+    tiles: int = 1,
+    tiling: dict[str, Any] | None = None,
 ) -> Plan:
+    """``tiles``: the views per photo of a tiled pipeline (docs/tiling.md): each a core pass (the GPU serves
+    ``gpu_images_per_s / tiles`` photos), and the Python steps' CPU per added view from ``tiling``
+    (:func:`tiled_view_ms`) on top of the untiled photo's."""
     if pipeline not in costs["pipelines"]:
         raise ValueError(f"no measured costs for pipeline {pipeline!r}; measured: {', '.join(costs['pipelines'])} (run --measure)")
     vcpus_per_pod = deployment_vcpus() if vcpus_per_pod is None else vcpus_per_pod
     if min(target, gpu_images_per_s, vcpus_per_pod) <= 0 or not 0 < utilization <= 1:
         raise ValueError("target, GPU images/s and vCPUs per pod must be positive, and the utilization in (0, 1]")
-    ms = cpu_ms_per_image(costs, pipeline, mix)
+    if tiles < 1 or (tiles > 1 and tiling is None):
+        raise ValueError("tiles must be at least 1, and a tiled plan needs the tiling run's costs")
+    ms = cpu_ms_per_image(costs, pipeline, mix, gpu_pixels) + (tiles - 1) * (tiled_view_ms(tiling) if tiling is not None else 0.0)
     per_vcpu = utilization * 1000.0 / ms
     cpu_side = vcpus_per_pod * per_vcpu
-    pod = min(cpu_side, gpu_images_per_s)
+    gpu_photos_per_s = gpu_images_per_s / tiles
+    pod = min(cpu_side, gpu_photos_per_s)
     pods = max(1, math.ceil(target / pod - 1e-9))
     return Plan(
         pipeline=pipeline,
@@ -280,22 +328,31 @@ def plan(
         cpu_ms_per_image=ms,
         images_per_s_per_vcpu=per_vcpu,
         vcpus_per_1000=1000.0 / per_vcpu,
-        vcpus_to_fill_gpu=gpu_images_per_s / per_vcpu,
+        vcpus_to_fill_gpu=gpu_photos_per_s / per_vcpu,
         vcpus_per_pod=vcpus_per_pod,
         memory_gib_per_pod=memory_gib_per_pod(costs, vcpus_per_pod),
         dshm_gib_per_pod=dshm_gib(costs, vcpus_per_pod) if all("shm" in m for m in costs["pipelines"].values()) else None,
         pod_images_per_s=pod,
         target=target,
         pods=pods,
-        gpu_utilization=target / pods / gpu_images_per_s,
-        bottleneck="CPU" if cpu_side < gpu_images_per_s else "GPU",
+        gpu_utilization=target / pods / gpu_photos_per_s,
+        bottleneck="CPU" if cpu_side < gpu_photos_per_s else "GPU",
+        core_passes_per_image=tiles,
     )
 
 
 def render_plan(result: Plan, costs: dict[str, Any], gpu_images_per_s: float) -> str:
+    tiled = (
+        [
+            f"  tiled:             {result.core_passes_per_image} core passes per photo ({gpu_images_per_s / result.core_passes_per_image:.0f} photos/s per GPU)"
+        ]
+        if result.core_passes_per_image > 1
+        else []
+    )
     return "\n".join(
         [
             f"{result.pipeline}, {result.mix} uploads, target {result.target:g} images/s, one GPU of {gpu_images_per_s:g} images/s per pod",
+            *tiled,
             f"  CPU per image:     {result.cpu_ms_per_image:.2f} ms (steps + serving overhead), measured on {cpu.describe(costs['machine'])}",
             f"  per vCPU:          {result.images_per_s_per_vcpu:.0f} images/s at {100 * (result.images_per_s_per_vcpu * result.cpu_ms_per_image / 1000):.0f} % use",
             f"  vCPUs:             {result.vcpus_per_1000:.1f} per 1000 images/s; {result.vcpus_to_fill_gpu:.1f} to keep one GPU busy",
@@ -605,6 +662,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--utilization", type=float, default=DEFAULT_UTILIZATION, help="share of each vCPU to plan for (default: %(default)s)"
     )
+    parser.add_argument(
+        "--pixels",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="where the preprocess computes its pixels: gpu plans the GPU pixel path from benchmarks/results/gpu_pixels.json "
+        "(python -m benchmarks.gpu_pixels --measure; --pipeline only) (default: %(default)s)",
+    )
+    parser.add_argument("--pixel-costs", type=Path, default=GPU_PIXELS, help="--pixels gpu: the measured run (default: %(default)s)")
+    parser.add_argument(
+        "--tiles",
+        type=int,
+        default=1,
+        help="a tiled pipeline's views per photo (docs/tiling.md; --pipeline only): core passes and the Python steps' CPU "
+        "per view from --tiling-costs (default: %(default)s, untiled)",
+    )
+    parser.add_argument(
+        "--tiling-costs", type=Path, default=TILING, help="--tiles: python -m benchmarks.tiling's run (default: %(default)s)"
+    )
     parser.add_argument("--all", action="store_true", help="the table of every pipeline and mix")
     parser.add_argument("--measure", action="store_true", help=f"measure this machine's costs first (writes {RESULTS.name})")
     parser.add_argument(
@@ -669,8 +744,27 @@ def main(argv: list[str] | None = None) -> int:
                 print()
                 print(render_gpu_memory(recorded, args.gpu_memory_gib))
         if args.pipeline:
-            result = plan(costs, args.pipeline, args.mix, args.target, args.gpu_images_per_s, args.vcpus_per_pod, args.utilization)
+            if args.pixels == "gpu" and not args.pixel_costs.is_file():
+                raise FileNotFoundError(
+                    f"{args.pixel_costs}: no GPU pixel path costs; run `python -m benchmarks.gpu_pixels --measure` first"
+                )
+            pixels = load(args.pixel_costs) if args.pixels == "gpu" else None
+            tiling = load(args.tiling_costs) if args.tiles > 1 else None
+            result = plan(
+                costs,
+                args.pipeline,
+                args.mix,
+                args.target,
+                args.gpu_images_per_s,
+                args.vcpus_per_pod,
+                args.utilization,
+                pixels,
+                args.tiles,
+                tiling,
+            )
             print(render_plan(result, costs, args.gpu_images_per_s))
+            if pixels is not None:
+                print(f"  pixels:            on the GPU; the CPU's checks and postprocess measured on {cpu.describe(pixels['machine'])}")
     except (ValueError, FileNotFoundError) as error:
         print(f"capacity: error: {error}", file=sys.stderr)
         return 2

@@ -1,18 +1,16 @@
 """What every step's command line shares: the pipeline options, their resolution, one-line errors.
 
-Used by ``builders.cli`` (every step) and by ``builders.tensorrt_engine``'s own entry point (the
-server image's ``verify-plan``), so neither imports the other's parser.
+Used by every step of ``builders.cli`` (:mod:`builders.step`) and by ``builders.tensorrt``'s own entry point (the
+server image's ``verify-plan``).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from builders import BuildError
 from vision_serving import layout
-from vision_serving.model_config import ConfigError
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -35,31 +33,48 @@ def add_model_repository(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def resolve_pipeline(args: argparse.Namespace) -> None:
-    """Set ``args.repository`` to the chosen pipeline's folder (its own Triton model repository) and
-    ``args.loaded`` to the pipeline loaded once (configs, task, recipe) for the steps that build it."""
-    args.loaded = None
-    if args.step in ("all", "new-pipeline", "same-tensorrt", "configs"):  # configs chooses its own (--pipeline or --all)
-        return
-    if args.step == "check" and args.model is not None and not args.pipeline:
-        args.repository = None  # an explicit model file: no pipeline is read
-        return
-    explicit_files = any(getattr(args, name, None) for name in ("onnx", "output", "plan"))
-    if args.step in ("build-engine", "verify-plan") and not args.pipeline and not explicit_files:
-        args.repository = None  # every pipeline, in turn (one init container builds them all)
-        return
+def _chosen(args: argparse.Namespace) -> Path:
+    """The chosen pipeline's folder (its own Triton model repository), or the repository's only one."""
     if args.pipeline:
-        args.repository = layout.pipeline(args.pipeline, args.model_repository).repository
-    else:
-        found = layout.pipelines(args.model_repository)
-        if len(found) != 1:
-            names = ", ".join(item.name for item in found) or "none"
-            raise BuildError(f"choose a pipeline with --pipeline NAME (pipelines: {names})")
-        args.repository = found[0].repository
-    if args.step not in ("build-engine", "verify-plan"):  # those read the configs alone (the serving image runs verify-plan)
-        from builders import loaded
+        return layout.pipeline(args.pipeline, args.model_repository).repository
+    found = layout.pipelines(args.model_repository)
+    if len(found) != 1:
+        names = ", ".join(item.name for item in found) or "none"
+        raise BuildError(f"choose a pipeline with --pipeline NAME (pipelines: {names})")
+    return found[0].repository
 
-        args.loaded = loaded.load(args.repository)
+
+# How a step picks its pipelines (builders.step.Step.pipelines): each sets ``args.repository`` (None: every pipeline)
+# and ``args.loaded`` (the pipeline loaded once, its configs, task and recipe, or None).
+
+
+def load_one(args: argparse.Namespace) -> None:
+    """The chosen (or only) pipeline, loaded."""
+    from builders import loaded
+
+    args.repository = _chosen(args)
+    args.loaded = loaded.load(args.repository)
+
+
+def model_file_or_one(args: argparse.Namespace) -> None:
+    """An explicit model file (``args.model``) alone, else the chosen (or only) pipeline, loaded."""
+    if args.model is not None and not args.pipeline:
+        args.repository, args.loaded = None, None
+    else:
+        load_one(args)
+
+
+def every_or_one(args: argparse.Namespace) -> None:
+    """Every pipeline in turn (one init container builds them all), unless one is chosen or a file names a model;
+    its configs alone are read (the serving image runs ``verify-plan``)."""
+    explicit_files = any(getattr(args, name, None) for name in ("onnx", "output", "plan"))
+    args.repository = _chosen(args) if args.pipeline or explicit_files else None
+    args.loaded = None
+
+
+def its_own(args: argparse.Namespace) -> None:
+    """The step picks (``configs``: --pipeline or --all; ``all``: every pipeline; ``new-pipeline``: the one it makes)."""
+    args.repository, args.loaded = None, None
 
 
 def chosen_repositories(args: argparse.Namespace) -> list[Path]:
@@ -78,19 +93,3 @@ def positive_int(text: str) -> int:
 
 def one_line(error: BaseException) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run a parsed step: one ``error:`` line and an exit code instead of a traceback."""
-    try:
-        resolve_pipeline(args)
-        return int(args.run(args))
-    except BuildError as error:
-        print(f"error: {one_line(error)}", file=sys.stderr)
-        return error.exit_code
-    except (ConfigError, layout.LayoutError, OSError) as error:
-        print(f"error: {one_line(error)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130

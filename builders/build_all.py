@@ -109,6 +109,11 @@ def run_all(pipelines: list[Pipeline], force: bool = False, log: Log = log_to_st
     return 0
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``python -m builders all``'s options."""
+    parser.add_argument("--force", action="store_true", help="rebuild every step even if up to date")
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     chosen = [layout.pipeline(args.pipeline, args.model_repository)] if args.pipeline else layout.pipelines(args.model_repository)
     return run_all(chosen, force=args.force)

@@ -3,7 +3,7 @@
 Some build steps need packages whose pins conflict with ``.venv`` (TensorFlow and
 tf2onnx want numpy 2 and protobuf 7; MediaPipe pins its own protobuf). Each such
 tool gets a venv of its own under ``.build/envs/<name>``, installed with
-``--require-hashes`` from the lock ``requirements/<name>.txt`` (generated from
+``--require-hashes --no-deps`` from the lock ``requirements/<name>.txt`` (generated from
 ``requirements/<name>.in`` by ``python -m devtools.lock``), after pip itself from
 ``requirements/pip.txt``. A stamp file in the venv records the
 sha256 of the requirements file it was installed from; the venv is (re)installed
@@ -130,6 +130,7 @@ def _install(name: str, requirements: Path, wanted: str, log: Log) -> Path:
                 "--no-input",
                 "--no-compile",
                 "--require-hashes",
+                "--no-deps",  # a lock names every package to install, and a set's `drop` leaves some out on purpose
                 "-r",
                 str(locked),
             ],

@@ -384,7 +384,8 @@ def core_inputs(samples: Sequence[Sample], served: ServedInputs, chunk: int = 64
     """The served decode + preprocessing of every sample -> the core's input batch, as the ensemble feeds it."""
     parts = []
     for start in range(0, len(samples), chunk):
-        feeds = served.core_feeds(served.preprocessed(decode_samples(samples[start : start + chunk], served)))
+        part = decode_samples(samples[start : start + chunk], served)
+        feeds = served.core_feeds(served.preprocessed(part, served.offline_request(len(part))))
         if len(feeds) != 1:
             raise CalibrationError(f"the core takes {len(feeds)} inputs ({', '.join(feeds)}); calibration feeds one")
         parts.append(next(iter(feeds.values())))

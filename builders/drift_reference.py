@@ -157,7 +157,7 @@ def _run_served_path(pipeline: LoadedPipeline, served: ServedPipeline, items: It
 
     def run_batch(payloads: list[bytes], decoded: list[image_codec.Decoded]) -> None:
         image_batches.append(served.image_features(payloads, decoded))
-        output_batches.append(served.run_decoded(decoded).features())
+        output_batches.append(served.run_decoded(decoded, served.offline_request(len(decoded))).features())
 
     payloads: list[bytes] = []
     decoded: list[image_codec.Decoded] = []
@@ -219,6 +219,7 @@ def _kept_user_reference(pipeline: LoadedPipeline, output: Path, model_inputs: d
     )
 
 
+# One function: the step as it reads (the photos, up to date or not, the served path, the record), each part a call.
 def build(
     pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stderr, photos: Path | str | None = None, limit: int | None = None
 ) -> Path:

@@ -16,6 +16,10 @@ context per listed profile, each reserving the largest profile's activations (``
 profile's (``execution_context_allocation_strategy: ON_PROFILE_CHANGE``), and one set of I/O buffers sized for the
 largest shape of any profile.
 
+A tensor whose shape depends on the data (an ``nms=True`` export's NonZero and NonMaxSuppression, and everything
+after them) is taken at its upper bound (:func:`bound_data_dependent`), so every export gets a figure; the profile
+records which tensors were bounded.
+
 An estimate: TensorRT fuses layers (fewer intermediate tensors), orders and reuses memory its own way, and adds its
 tactics' scratch memory (at most the build's workspace limit); it is not the CUDA context or the backend's own
 allocations. ``verify-plan --deserialize`` logs the built plan's own figure per profile on a GPU.
@@ -31,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from builders import BuildError
-from builders import tensorrt_engine as te
+from builders.tensorrt import models
+from builders.tensorrt.profiles import optimization_profiles
 from vision_serving import engine_profiles, layout, model_config
 
 # ONNX TensorProto element types -> bytes.
@@ -53,6 +58,7 @@ class ShapeEstimate:
     largest: TensorBytes
     inputs: tuple[TensorBytes, ...]
     outputs: tuple[TensorBytes, ...]
+    upper_bounds: tuple[str, ...] = ()  # data-dependent tensors, counted at the most they can hold
 
 
 def _tensor_bytes(info: Any) -> TensorBytes | None:
@@ -63,11 +69,11 @@ def _tensor_bytes(info: Any) -> TensorBytes | None:
     return TensorBytes(info.name, tuple(dims), math.prod(dims) * ELEMENT_BYTES[kind.elem_type])
 
 
-def concrete_graph(path: Path, input_shapes: Mapping[str, Sequence[int]]) -> Any:
+def concrete_graph(path: Path, input_shapes: Mapping[str, Sequence[int]]) -> tuple[Any, tuple[str, ...]]:
     """The ONNX at ``path`` with its inputs at these shapes, shape computations folded to constants and every tensor's
-    shape inferred (``BuildError`` naming a tensor whose shape stays unknown)."""
+    shape inferred, and the data-dependent tensors taken at their upper bound (:func:`bound_data_dependent`; their
+    names are returned with the model). ``BuildError`` names a tensor whose shape stays unknown."""
     import onnx
-    import onnx_graphsurgeon as gs
     from onnx import shape_inference
 
     model = onnx.load(str(path))
@@ -84,21 +90,93 @@ def concrete_graph(path: Path, input_shapes: Mapping[str, Sequence[int]]) -> Any
     for graph_output in model.graph.output:
         graph_output.type.tensor_type.ClearField("shape")
     model = shape_inference.infer_shapes(model, data_prop=True)
-    for _ in range(3):  # Shape -> Slice -> Concat -> Reshape chains fold once their inputs' shapes are known
+    model = fold_and_infer(model)
+    model, bounded = bound_data_dependent(model)
+    unknown = [info.name for info in [*model.graph.value_info, *model.graph.output] if _tensor_bytes(info) is None]
+    if unknown:
+        raise BuildError(f"{path}: no shape for {len(unknown)} tensor(s) at {dict(input_shapes)} (e.g. '{unknown[0]}')")
+    return model, bounded
+
+
+def fold_and_infer(model: Any) -> Any:
+    """Shape computations folded to constants, shapes inferred again: Shape -> Slice -> Concat -> Reshape chains fold
+    once their inputs' shapes are known (a few rounds)."""
+    import onnx_graphsurgeon as gs
+    from onnx import shape_inference
+
+    for _ in range(3):
         graph = gs.import_onnx(model)
         graph.fold_constants(fold_shapes=True, error_ok=True).cleanup()
         model = shape_inference.infer_shapes(gs.export_onnx(graph), data_prop=True)
         if all(_tensor_bytes(info) is not None for info in model.graph.value_info):
             break
-    unknown = [info.name for info in [*model.graph.value_info, *model.graph.output] if _tensor_bytes(info) is None]
-    if unknown:
-        raise BuildError(f"{path}: no shape for {len(unknown)} tensor(s) at {dict(input_shapes)} (e.g. '{unknown[0]}')")
     return model
+
+
+# Ops whose output's shape depends on the input's values, not its shape. TensorRT allocates such an output at run time;
+# the estimate takes it at the most it can hold: NonZero's indices [rank, every element]; NonMaxSuppression's
+# [batch x classes x min(max_output_boxes_per_class, boxes), 3] (an absent bound is ONNX's default 0; one computed at
+# run time counts every box).
+DATA_DEPENDENT = ("NonZero", "NonMaxSuppression")
+
+
+def _upper_bound(node: Any, shapes: Mapping[str, list[int] | None], constants: Mapping[str, Any]) -> list[int] | None:
+    known = [shapes.get(name) for name in node.input]
+    if node.op_type == "NonZero" and known and known[0] is not None:
+        return [len(known[0]), math.prod(known[0])]
+    if node.op_type == "NonMaxSuppression" and len(known) >= 2 and known[0] is not None and known[1] is not None:
+        (batch, boxes, _), classes = known[0], known[1][1]
+        limit = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else 0
+        per_class = boxes if limit is None else min(int(limit), boxes)
+        return [batch * classes * per_class, 3]
+    return None
+
+
+def bound_data_dependent(model: Any, rounds: int = 8) -> tuple[Any, tuple[str, ...]]:
+    """Each data-dependent output (``DATA_DEPENDENT``) whose shape is unknown set to its upper bound, and the shapes
+    after it inferred again, round after round (a NonMaxSuppression reads what a NonZero selected)."""
+    import numpy as np
+    from onnx import TensorProto, numpy_helper, shape_inference
+
+    bounded: list[str] = []
+    for _ in range(rounds):
+        infos = {info.name: info for info in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
+        shapes = {name: _dims(info) for name, info in infos.items()}
+        constants = {
+            init.name: int(np.asarray(numpy_helper.to_array(init)).reshape(-1)[0])
+            for init in model.graph.initializer
+            if init.dims in ([], [1])
+        }
+        found = {}
+        for node in (node for node in model.graph.node if node.op_type in DATA_DEPENDENT):
+            name = node.output[0]
+            if shapes.get(name) is None and (bound := _upper_bound(node, shapes, constants)) is not None:
+                found[name] = bound
+        if not found:
+            break
+        for name, bound in found.items():
+            info = infos.get(name) or model.graph.value_info.add()
+            info.name = name
+            info.type.tensor_type.elem_type = info.type.tensor_type.elem_type or TensorProto.INT64  # the ops' index type
+            info.type.tensor_type.ClearField("shape")
+            for value in bound:
+                info.type.tensor_type.shape.dim.add().dim_value = value
+        bounded += found
+        model = fold_and_infer(shape_inference.infer_shapes(model, data_prop=True))
+    return model, tuple(bounded)
+
+
+def _dims(info: Any) -> list[int] | None:
+    """A tensor's dims when every one is known, else None."""
+    kind = info.type.tensor_type
+    if not kind.HasField("shape") or not all(d.HasField("dim_value") for d in kind.shape.dim):
+        return None
+    return [int(d.dim_value) for d in kind.shape.dim]
 
 
 @functools.lru_cache(maxsize=64)
 def _estimate(path: Path, shapes: tuple[tuple[str, tuple[int, ...]], ...], mtime_ns: int) -> ShapeEstimate:
-    model = concrete_graph(path, dict(shapes))
+    model, bounded = concrete_graph(path, dict(shapes))
     graph = model.graph
     sizes = {info.name: info for info in [*graph.value_info, *graph.output, *graph.input]}
     measured = {name: _tensor_bytes(info) for name, info in sizes.items()}
@@ -122,7 +200,7 @@ def _estimate(path: Path, shapes: tuple[tuple[str, tuple[int, ...]], ...], mtime
     initializers = {init.name for init in graph.initializer}
     inputs = tuple(t for info in graph.input if info.name not in initializers and (t := measured.get(info.name)) is not None)
     outputs = tuple(t for info in graph.output if (t := measured.get(info.name)) is not None)
-    return ShapeEstimate(peak, largest, inputs, outputs)
+    return ShapeEstimate(peak, largest, inputs, outputs, bounded)
 
 
 def estimate(path: Path, input_shapes: Mapping[str, Sequence[int]]) -> ShapeEstimate:
@@ -155,6 +233,7 @@ class ProfileMemory:
     input_bytes: int
     output_bytes: int
     largest: TensorBytes
+    upper_bounds: tuple[str, ...] = ()  # data-dependent tensors counted at their upper bound (bound_data_dependent)
 
 
 @dataclass(frozen=True)
@@ -205,6 +284,7 @@ class ModelMemory:
                     "input_bytes": p.input_bytes,
                     "output_bytes": p.output_bytes,
                     "largest_tensor": {"name": p.largest.name, "shape": list(p.largest.shape), "bytes": p.largest.nbytes},
+                    "upper_bound_tensors": list(p.upper_bounds),
                 }
                 for p in self.profiles
             ],
@@ -220,6 +300,7 @@ class ModelMemory:
                 p["input_bytes"],
                 p["output_bytes"],
                 TensorBytes(p["largest_tensor"]["name"], tuple(p["largest_tensor"]["shape"]), p["largest_tensor"]["bytes"]),
+                tuple(p.get("upper_bound_tensors", ())),
             )
             for p in data["profiles"]
         )
@@ -228,7 +309,7 @@ class ModelMemory:
 
 def served_onnx(pipeline: layout.Pipeline, role: str) -> tuple[Path, str]:
     """The ONNX the plan is built from and its precision: the ladder's choice, else the FP32 export (an upper bound)."""
-    version_dir = te.model_dir(pipeline, role) / str(te.MODEL_VERSION)
+    version_dir = models.model_dir(pipeline, role) / str(models.MODEL_VERSION)
     record = layout.read_served_precision(version_dir)
     if record is not None and (version_dir / record["onnx"]).is_file():
         return version_dir / record["onnx"], str(record["precision"])
@@ -240,12 +321,12 @@ def served_onnx(pipeline: layout.Pipeline, role: str) -> tuple[Path, str]:
 
 def model_memory(pipeline: layout.Pipeline, role: str) -> ModelMemory:
     """The estimate of one model served from a plan, with its production config's instances and allocation strategy."""
-    config = te.load_core_config(pipeline, role)
+    config = models.load_core_config(pipeline, role)
     onnx_path, precision = served_onnx(pipeline, role)
-    ranges = te.model_profiles(pipeline, role, config)
+    ranges = models.model_profiles(pipeline, role, config)
     names = [profile.name for profile in ranges] or ["batch"]
     profiles = []
-    for name, shapes in zip(names, te.optimization_profiles(config, None, ranges)):
+    for name, shapes in zip(names, optimization_profiles(config, None, ranges)):
         found = estimate(onnx_path, {item.name: item.max for item in shapes})
         profiles.append(
             ProfileMemory(
@@ -255,6 +336,7 @@ def model_memory(pipeline: layout.Pipeline, role: str) -> ModelMemory:
                 sum(t.nbytes for t in found.inputs),
                 sum(t.nbytes for t in found.outputs),
                 found.largest,
+                found.upper_bounds,
             )
         )
     strategy = model_config.parameter(config, engine_profiles.ALLOCATION_STRATEGY, "STATIC")
@@ -264,4 +346,4 @@ def model_memory(pipeline: layout.Pipeline, role: str) -> ModelMemory:
 
 def pod_models(repository: Path = layout.MODEL_REPOSITORY) -> list[ModelMemory]:
     """Every model a pod serves from a plan, across the repository's pipelines."""
-    return [model_memory(pipeline, role) for pipeline in layout.pipelines(repository) for role in te.engine_roles(pipeline)]
+    return [model_memory(pipeline, role) for pipeline in layout.pipelines(repository) for role in models.engine_roles(pipeline)]

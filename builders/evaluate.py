@@ -90,7 +90,8 @@ def gate_overrides(items: Sequence[str] | None) -> dict[str, float]:
 def _local(served: ServedPipeline, pipeline: LoadedPipeline, samples: Sequence[calibration.Sample], candidate: Path) -> TaskResult:
     optimization = "disable_all" if _is_qdq(candidate) else "all"
     rung = pipeline.served(parameters=precision.rung_parameters(candidate, optimization))
-    return rung.postprocess(rung.with_core(served.preprocessed(calibration.decode_samples(samples, served))))
+    decoded = calibration.decode_samples(samples, served)
+    return rung.postprocess(rung.with_core(served.preprocessed(decoded, served.offline_request(len(decoded)))))
 
 
 def _is_qdq(path: Path) -> bool:
@@ -172,6 +173,44 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _report(
+    pipeline: LoadedPipeline,
+    server_url: str | None,
+    record: Mapping[str, Any],
+    augmented_per_photo: int,
+    results: dict[str, dict[str, Any]],
+    gate: dict[str, Any],
+    limits: Mapping[str, float],
+    started: float,
+) -> dict[str, Any]:
+    """The evaluation's JSON report: what was compared, on which images, and every check."""
+    fp32, candidate, samples = record["fp32"], record["candidate"], record["samples"]
+    return {
+        "step": "evaluate",
+        "pipeline": pipeline.name,
+        "task": pipeline.task.name,
+        "mode": "server" if server_url else "local",
+        "server_url": server_url,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "fp32": {"file": fp32.name, "sha256": sha256_file(fp32)},
+        "candidate": {
+            "description": record["description"],
+            **({} if server_url else {"file": candidate.name, "sha256": sha256_file(candidate)}),
+        },
+        "evaluation_set": {
+            "photos": [s.source for s in samples.raw],
+            "augmented_per_photo": augmented_per_photo,
+            "seed": record["seed"],
+            "profile": asdict(calibration.EVALUATION_PROFILE),
+            "calibration_photos_excluded": list(calibration.photo_split(pipeline)[0]),
+        },
+        "sets": results,
+        "gate": gate,
+        "thresholds": dict(limits),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
 def evaluate(
     pipeline: LoadedPipeline,
     candidate: Path | None = None,
@@ -202,31 +241,13 @@ def evaluate(
     sets = {"raw": samples.raw, "all": samples.all}
     results: dict[str, dict[str, Any]] = {}
     for name, part in sets.items():
-        expected = reference.postprocess(reference.with_core(reference.preprocessed(calibration.decode_samples(part, reference))))
+        decoded = calibration.decode_samples(part, reference)
+        expected = reference.postprocess(reference.with_core(reference.preprocessed(decoded, reference.offline_request(len(decoded)))))
         measured = served_result(server_url, pipeline, part) if server_url else _local(reference, pipeline, part, candidate)
         results[name] = task.gate(expected, measured, limits)
     gate = {"set": "all", "pass": all(check["pass"] for check in results["all"]["checks"].values()), "checks": results["all"]["checks"]}
-    report = {
-        "step": "evaluate",
-        "pipeline": pipeline.name,
-        "task": task.name,
-        "mode": "server" if server_url else "local",
-        "server_url": server_url,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "fp32": {"file": fp32.name, "sha256": sha256_file(fp32)},
-        "candidate": {"description": description, **({} if server_url else {"file": candidate.name, "sha256": sha256_file(candidate)})},
-        "evaluation_set": {
-            "photos": [s.source for s in samples.raw],
-            "augmented_per_photo": augmented_per_photo,
-            "seed": seed,
-            "profile": asdict(calibration.EVALUATION_PROFILE),
-            "calibration_photos_excluded": list(calibration.photo_split(pipeline)[0]),
-        },
-        "sets": results,
-        "gate": gate,
-        "thresholds": limits,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
+    record = {"fp32": fp32, "candidate": candidate, "description": description, "samples": samples, "seed": seed}
+    report = _report(pipeline, server_url, record, augmented_per_photo, results, gate, limits, started)
     reports = reports_dir or folder.reports_dir
     stem = "evaluation_server" if server_url else "evaluation"
     reports.mkdir(parents=True, exist_ok=True)

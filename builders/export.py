@@ -1,10 +1,10 @@
 """``python -m builders export --pipeline NAME``: the recipe's source model -> the core's FP32 ONNX.
 
 The recipe's ``[source] kind`` is looked up in :mod:`builders.sources.registry` (one module per
-kind). A kind either owns the whole export (``efficientnet_lite0``: PyTorch's, verified against
-PyTorch, :mod:`builders.export_onnx`) or hands this module its model file converted to an unfixed
-ONNX model (``tflite``: tf2onnx in its own environment; ``onnx``: the file itself). The shared path
-then applies the recipe's fix passes (each verified on onnxruntime), verifies the fixed graph on
+kind). Every kind hands this module its model file converted to an unfixed ONNX model
+(``efficientnet_lite0``: PyTorch's dynamo exporter, checked against PyTorch; ``tflite``: tf2onnx in
+its own environment; ``onnx``: the file itself). The one path then applies the recipe's fix passes
+(each verified on onnxruntime), verifies the fixed graph on
 real photos through the served preprocessing (against the unfixed graph run with a reference
 implementation of its custom ops, ``builders.passes.reference_ops``, when it has any), folds the
 preprocess's normalization in when it hands uint8, and checks the I/O against the core's config.
@@ -16,10 +16,12 @@ when its recorded input hash is unchanged.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import inspect
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +32,21 @@ from builders import recipe as recipes
 from builders.artifacts import atomic_write_bytes, input_hash, package_versions, sha256_file
 from builders.loaded import LoadedPipeline
 from builders.sources import registry as source_kinds
-from builders.sources.base import ExportResult, SourceKind
+from builders.sources.base import SourceKind
 from vision_serving import layout, preprocessing, preprocessors
 from vision_serving.model_config import ModelConfig
 from vision_serving.served import ServedInputs
 
 log_to_stderr = stderr_logger("export")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    status: str  # "exported" or "up to date"
+    onnx_path: Path
+    provenance: dict[str, Any]
+
+
 # A rewrite of a custom op must match the op's reference implementation this closely on real photos.
 REFERENCE_ATOL = 1e-4
 VERIFY_PHOTOS = ("astronaut", "grace_hopper", "coffee", "chelsea")
@@ -64,9 +75,7 @@ def export(pipeline: LoadedPipeline, force: bool = False, log: Log = log_to_stde
     for stage in recipe.stages.values():
         registry.check_names(stage.fix.passes, f"{recipe.path} [stages.{stage.role}] passes")
     kind = source_kinds.kind(recipe.source.kind, f"{recipe.path} [source]")
-    result = kind.export(pipeline, force, log)
-    if result is None:
-        result = _export_converted(pipeline, kind, force, log)
+    result = _export_converted(pipeline, kind, force, log)
     for stage in recipe.stages.values():
         export_stage(pipeline, stage, force, log)
     return result
@@ -88,7 +97,7 @@ def _record(loaded: LoadedPipeline, kind: SourceKind, source_file: Path) -> dict
         "core_config_sha256": sha256_file(pipeline.core_dir / "config.pbtxt"),
         "preprocess_config_sha256": sha256_file(pipeline.model_dir("preprocess") / "config.pbtxt"),
         "code": _code(kind),
-        "packages": package_versions(["onnx", "onnxruntime", "onnx-graphsurgeon", "numpy"]),
+        "packages": package_versions(["onnx", "onnxruntime", "onnx-graphsurgeon", "numpy", *kind.packages]),
         "converter_requirements": kind.converter_sha256(),
     }
 
@@ -182,12 +191,13 @@ def _export_converted(loaded: LoadedPipeline, kind: SourceKind, force: bool, log
     if not force and provenance.is_current(output, expected):
         log(f"{output.relative_to(layout.REPOSITORY_ROOT) if output.is_relative_to(layout.REPOSITORY_ROOT) else output} is up to date")
         return ExportResult("up to date", output, json.loads(layout.provenance_path(output).read_text()))
-    converted = kind.convert(recipe.source, source_file, pipeline.build_dir, log)
+    converted = kind.convert(recipe.source, source_file, pipeline.build_dir, loaded.configs.core(), log)
     unfixed = converted.model
     options = fix_onnx.options_for_core(loaded.configs.core(), None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
     result = fix_onnx.fix_model(unfixed, list(recipe.fix.passes), options, log)
-    kind.check_converted(unfixed, source_file)
+    conversion = kind.check_converted(unfixed, source_file, lambda: _served_floats(loaded), log)
     model, checks = _verified(loaded, unfixed, result.model, log)
+    labels = _labels(loaded, converted.labels)
     record = _write(
         output,
         model,
@@ -200,23 +210,57 @@ def _export_converted(loaded: LoadedPipeline, kind: SourceKind, force: bool, log
             "op_counts": fix_onnx.op_counts(model),
             "passes": [vars(item) for item in result.passes],
             **converted.provenance,
+            **conversion,
             **checks,
             "seconds": round(time.perf_counter() - started, 1),
         },
         log,
+        labels,
     )
     return ExportResult("exported", output, record.to_dict())
 
 
+def _served_floats(loaded: LoadedPipeline) -> np.ndarray:
+    """The verification photos through the served preprocessing, normalized: what the unfixed graph takes."""
+    pixel_normalization = preprocessors.pixel_normalization(loaded.configs.preprocess)
+    pixels = _served_batch(loaded, VERIFY_PHOTOS)
+    return pixel_normalization.apply(pixels) if pixel_normalization is not None else pixels
+
+
+def _labels(loaded: LoadedPipeline, labels: tuple[str, ...] | None) -> tuple[Path, bytes] | None:
+    """The class names the source carries, as the postprocess's ``labels_file`` (one a line)."""
+    if labels is None:
+        return None
+    from vision_serving import model_config
+
+    name = Path(model_config.parameter(loaded.configs.postprocess, "labels_file"))
+    if name.is_absolute() or ".." in name.parts or not name.name:
+        raise BuildError(f"postprocess labels_file {str(name)!r} must be a path inside the model folder")
+    return loaded.layout.model_dir("postprocess") / name, ("\n".join(labels) + "\n").encode()
+
+
 def _write(
-    output: Path, model: Any, expected: str, inputs: dict[str, Any], input_hashes: dict[str, str], extra: dict[str, Any], log: Log
+    output: Path,
+    model: Any,
+    expected: str,
+    inputs: dict[str, Any],
+    input_hashes: dict[str, str],
+    extra: dict[str, Any],
+    log: Log,
+    companion: tuple[Path, bytes] | None = None,
 ) -> provenance.Provenance:
-    """``model`` written to ``output`` and its provenance record beside it, each atomically."""
+    """``model`` written to ``output``, a companion file (the labels) and the provenance record beside it, each
+    atomically, the record last."""
     data = model.SerializeToString()
-    atomic_write_bytes(output, data)
     record = provenance.Provenance.for_bytes(
         "export", expected, output, data, input_hashes=input_hashes, tools=dict(inputs["packages"]), inputs=inputs, extra=extra
     )
+    atomic_write_bytes(output, data)
+    if companion is not None:
+        record.add_companion(output, *companion)
+        atomic_write_bytes(*companion)
+        lines = companion[1].count(b"\n")
+        log(f"wrote {companion[0]} ({lines} lines)")
     record.write(layout.provenance_path(output))
     log(f"wrote {output} ({len(data) / 1e6:.1f} MB, {len(model.graph.node)} nodes) in {extra['seconds']} s")
     return record
@@ -327,9 +371,9 @@ def export_stage(loaded: LoadedPipeline, stage: recipes.Stage, force: bool = Fal
         options = fix_onnx.options_for_core(config, None, None, fix_onnx.DEFAULT_ATOL, fix_onnx.DEFAULT_RTOL)
         if stage.decode is not None:  # the passes see the model before its decoding: one output, named for what it is
             options = dataclasses.replace(options, output_names=(stage_decode.UNDECODED_OUTPUT,), output_dims=None)
-        converted = kind.convert(stage.source, source_file, pipeline.build_dir / stage.role, log)
+        converted = kind.convert(stage.source, source_file, pipeline.build_dir / stage.role, config, log)
         result = fix_onnx.fix_model(converted.model, list(stage.fix.passes), options, log)
-        kind.check_converted(converted.model, source_file)
+        kind.check_converted(converted.model, source_file, _no_photos, log)
         model = result.model
         if stage.decode is not None:
             model = _decoded(model, stage.decode, config, log)
@@ -347,6 +391,10 @@ def export_stage(loaded: LoadedPipeline, stage: recipes.Stage, force: bool = Fal
         log(f"{folder.name}/1/{output.name} is up to date")
     _write_metadata_lists(output, stage, pipeline.model_dir("postprocess"), log)
     return output
+
+
+def _no_photos() -> np.ndarray:
+    raise BuildError("a second stage takes what its postprocess cuts from photos, not photos: its kind cannot check it on photos")
 
 
 def _decoded(model: Any, decode: str, config: ModelConfig, log: Log) -> Any:
@@ -389,3 +437,8 @@ def _write_metadata_lists(model_path: Path, stage: recipes.Stage, postprocess_di
         if not target.is_file() or target.read_bytes() != data:
             atomic_write_bytes(target, data)
             log(f"wrote {target} ({len(metadata[key].splitlines())} items of metadata {key!r})")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    export(args.loaded, force=args.force)
+    return 0

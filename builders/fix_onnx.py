@@ -19,6 +19,7 @@ counts) and, with ``batch_dimension``, the batch range
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -456,3 +457,14 @@ def fix_file(
 def options_for_core(core: model_config.ModelConfig, max_batch: int | None, opt_batch: int | None, atol: float, rtol: float) -> FixOptions:
     """Options from the pipeline core's config.pbtxt (names, dims, max_batch_size)."""
     return FixOptions.from_config(core, max_batch=max_batch, opt_batch=opt_batch, atol=atol, rtol=rtol)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """The named passes on ``args.input`` (default: the chosen pipeline's export), each verified."""
+    names = parse_pass_list(args.passes)
+    atol = DEFAULT_ATOL if args.atol is None else args.atol
+    rtol = DEFAULT_RTOL if args.rtol is None else args.rtol
+    options = options_for_core(args.loaded.configs.core(), args.max_batch, args.opt_batch, atol, rtol)
+    source = args.input or args.loaded.layout.onnx("fp32")
+    fix_file(source, args.output or source, names, options, force=args.force)
+    return 0

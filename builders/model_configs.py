@@ -1,11 +1,9 @@
-"""``python -m builders configs``: write the configs generated from each core's ``config.pbtxt``.
+"""``python -m builders configs``: write every generated file of a pipeline folder from its spec (``pipeline.toml``).
 
-Per pipeline (``--pipeline NAME``, or ``--all``): every core's (and second stage's) ``configs/<variant>.pbtxt``,
-the tensors of the preprocess, postprocess and ensemble configs that the ensemble maps to and from the core
-(their dtype and dims), and ``config.pbtxt``'s own warm-up dims: what :func:`vision_serving.config_variants.pipeline_files`
-gives, from the core's ``config.pbtxt``, the CPU runtimes' registry and the core's ``configs/variants.toml``.
-Every text is made before any file is written; a file whose text is unchanged is not touched. ``--check``
-writes nothing and exits 1 when a file would change (what ``python -m vision_serving.consistency`` reports).
+Per pipeline (``--pipeline NAME``, or ``--all``): every model's ``config.pbtxt``, each core's (and second stage's)
+``configs/<variant>.pbtxt`` and the Python models' ``1/model.py`` (:mod:`builders.configs.generate`). Every text is
+made before any file is written; a file whose text is unchanged is not touched. ``--check`` writes nothing and exits
+1 when a file differs from its generation, naming the file and, for a config, the fields.
 """
 
 from __future__ import annotations
@@ -13,25 +11,63 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builders import BuildError, Log, stderr_logger
-from vision_serving import config_variants, layout
+from builders import BuildError, Log, spec, stderr_logger
+from builders.configs import generate, header_line, render
+from vision_serving import layout, model_config
 
 log_to_stderr = stderr_logger("configs")
 
 
+def generated(pipeline: layout.Pipeline) -> dict[Path, str]:
+    """Every generated file of ``pipeline`` with its text (``BuildError``: one line when the spec cannot be used)."""
+    try:
+        return generate.files(spec.load(pipeline))
+    except model_config.ConfigError as error:
+        raise BuildError(f"{pipeline.recipe}: {error}") from None
+
+
 def stale(pipeline: layout.Pipeline) -> dict[Path, str]:
     """The files of ``pipeline`` whose text differs from their generation (missing ones included), with that text."""
-    return {path: text for path, text in config_variants.pipeline_files(pipeline).items() if not path.is_file() or path.read_text() != text}
+    return {path: text for path, text in generated(pipeline).items() if not path.is_file() or path.read_text() != text}
+
+
+def leftovers(pipeline: layout.Pipeline) -> list[Path]:
+    """Config variants an earlier generation wrote that this one does not (a preprocess's CPU variants after its
+    spec left the GPU pixel path): ``configs/*.pbtxt`` of the folder's models that start with the generated header."""
+    made = generated(pipeline)
+    first = header_line(pipeline.name)
+    found = sorted(pipeline.repository.glob("*/configs/*.pbtxt"))
+    return [path for path in found if path not in made and path.read_text().split("\n", 1)[0] == first]
+
+
+def difference(path: Path, text: str) -> str:
+    """Why ``path`` differs from its generation ``text``: missing, the config fields that differ, or its text."""
+    if not path.is_file():
+        return f"{path}: missing"
+    if path.suffix == ".pbtxt":
+        try:
+            found = render.differences(model_config.parse_config_text(path.read_text(), str(path)), model_config.parse_config_text(text))
+        except model_config.ConfigError as error:
+            return f"{path}: does not parse ({error})"
+        if found:
+            more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+            return f"{path}: {'; '.join(found[:3])}{more}"
+    return f"{path}: its text differs from its generation (comments, layout)"
 
 
 def write(pipeline: layout.Pipeline, log: Log = log_to_stderr) -> list[Path]:
-    """Write the generated configs of ``pipeline``; returns the files written."""
+    """Write the generated files of ``pipeline`` and remove its :func:`leftovers`; returns the files written."""
     changed = stale(pipeline)
+    removed = leftovers(pipeline)
     for path, text in changed.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+    for path in removed:
+        path.unlink()
     names = ", ".join(str(path.relative_to(pipeline.repository)) for path in changed)
-    log(f"{pipeline.name}: wrote {names}" if changed else f"{pipeline.name}: up to date")
+    gone = ", ".join(str(path.relative_to(pipeline.repository)) for path in removed)
+    said = [f"wrote {names}"] * bool(changed) + [f"removed {gone}"] * bool(removed)
+    log(f"{pipeline.name}: {'; '.join(said)}" if said else f"{pipeline.name}: up to date")
     return list(changed)
 
 
@@ -55,28 +91,16 @@ def run_from_args(args: argparse.Namespace) -> int:
         for pipeline in pipelines:
             write(pipeline)
         return 0
-    differing = [path for pipeline in pipelines for path in stale(pipeline)]
-    for path in differing:
-        print(f"differs from its generation: {path}")
+    differing = [difference(path, text) for pipeline in pipelines for path, text in stale(pipeline).items()]
+    differing += [f"{path}: no longer generated (remove it)" for pipeline in pipelines for path in leftovers(pipeline)]
+    for line in differing:
+        print(f"differs from its generation: {line}")
     if differing:
-        print(f"{len(differing)} file(s) to regenerate: run python -m builders configs {'--all' if args.all else '--pipeline NAME'}")
+        print(f"{len(differing)} file(s) to regenerate: edit pipeline.toml, not a generated file, then run python -m builders configs")
     return 1 if differing else 0
 
 
-def add_step(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    parser = subparsers.add_parser(
-        "configs",
-        parents=[common],
-        help="write each core's configs/*.pbtxt and the dims that mirror its tensors, from its config.pbtxt",
-        description=(
-            "Generate every core's (and second stage's) CPU config variants, configs/<variant>.pbtxt, from its "
-            "config.pbtxt (name, max_batch_size, inputs, outputs, queue policy, warm-up), the CPU runtimes' registry "
-            "(vision_serving/cpu_runtimes.py: each variant's backend, parameters, instances, batcher delay) and the "
-            "core's configs/variants.toml (what it measured or chose otherwise); and set the dtype and dims of the "
-            "preprocess outputs and postprocess inputs the ensemble maps to and from the core, and of config.pbtxt's "
-            "warm-up samples. A new input size or class count: edit the core's config.pbtxt, then run this."
-        ),
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``python -m builders configs``'s options."""
     parser.add_argument("--all", action="store_true", help="every pipeline of the model repository")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs from its generation")
-    parser.set_defaults(run=run_from_args)

@@ -178,7 +178,7 @@ class HeldOut:
         count = calibration.held_out_count(pipeline, sources)
         self.samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, served.limits)
         self.decoded = calibration.decode_samples(self.samples, served)
-        self.tensors = served.preprocessed(self.decoded)
+        self.tensors = served.preprocessed(self.decoded, served.offline_request(len(self.decoded)))
         self.photos = [s.source for s in self.samples]
 
 

@@ -103,92 +103,114 @@ def _weight_user(node: QdqNode) -> WeightUser | None:
 
 
 def node_violations(node: QdqNode) -> list[Violation]:
-    """Every rule ``node`` breaks (empty when it conforms)."""
+    """Every rule ``node`` breaks (empty when it conforms): its type, its scale and zero-point, its weight's axis."""
+    found = _type_violations(node)
+    if node.scale is None:
+        return [*found, Violation("error", "qdq-scale-runtime", "scale is not a constant: TensorRT needs build-time scales")]
+    return [*found, *_scale_violations(node, node.scale), *_weight_violations(node, node.scale)]
+
+
+def _type_violations(node: QdqNode) -> list[Violation]:
     found: list[Violation] = []
-
-    def add(severity: str, code: str, message: str) -> None:
-        found.append(Violation(severity, code, message))
-
     quantize = node.op == "QuantizeLinear"
     kind = node.quantized_type
     if quantize and not node.zero_point_given and not node.output_dtype_given:
-        add(
-            "warning",
-            "qdq-implicit-uint8",
-            "no zero-point, so the output is uint8 per the ONNX spec (onnxruntime follows it) while TensorRT builds int8: "
-            "give an explicit int8 zero-point 0",
+        found.append(
+            Violation(
+                "warning",
+                "qdq-implicit-uint8",
+                "no zero-point, so the output is uint8 per the ONNX spec (onnxruntime follows it) while TensorRT builds int8: "
+                "give an explicit int8 zero-point 0",
+            )
         )
         kind = None  # reported; not also a uint8 error
     if kind == "UINT8":
-        add(
-            "error",
-            "qdq-uint8",
-            "uint8 Q/DQ is not int8: TensorRT quantizes to int8 only (signed, symmetric); re-quantize with int8 and zero-point 0",
+        found.append(
+            Violation(
+                "error",
+                "qdq-uint8",
+                "uint8 Q/DQ is not int8: TensorRT quantizes to int8 only (signed, symmetric); re-quantize with int8 and zero-point 0",
+            )
         )
     elif kind == "INT32" and not quantize:
-        add(
-            "error",
-            "qdq-dtype",
-            "DequantizeLinear of INT32 (a quantized bias): TensorRT takes INT8/FP8/INT4/FP4; keep biases "
-            "float (onnxruntime quantize_static: extra_options QuantizeBias=False)",
+        found.append(
+            Violation(
+                "error",
+                "qdq-dtype",
+                "DequantizeLinear of INT32 (a quantized bias): TensorRT takes INT8/FP8/INT4/FP4; keep biases "
+                "float (onnxruntime quantize_static: extra_options QuantizeBias=False)",
+            )
         )
     elif kind is not None and kind not in TENSORRT_QDQ_TYPES:
-        add("error", "qdq-dtype", f"{kind} Q/DQ: TensorRT quantizes to {', '.join(sorted(TENSORRT_QDQ_TYPES))}")
+        found.append(Violation("error", "qdq-dtype", f"{kind} Q/DQ: TensorRT quantizes to {', '.join(sorted(TENSORRT_QDQ_TYPES))}"))
     elif kind is not None and kind != SERVED_QDQ_TYPE:
-        add("policy", "qdq-not-int8", f"{kind} Q/DQ is not {SERVED_QDQ_TYPE}, the only type the quantize step serves")
+        found.append(Violation("policy", "qdq-not-int8", f"{kind} Q/DQ is not {SERVED_QDQ_TYPE}, the only type the quantize step serves"))
     if node.block_size:
-        add("policy", "qdq-blocked", "blocked quantization (block_size) is not per-channel/per-tensor")
+        found.append(Violation("policy", "qdq-blocked", "blocked quantization (block_size) is not per-channel/per-tensor"))
+    return found
 
-    scale = node.scale
-    if scale is None:
-        add("error", "qdq-scale-runtime", "scale is not a constant: TensorRT needs build-time scales")
-        return found
+
+def _scale_violations(node: QdqNode, scale: np.ndarray) -> list[Violation]:
+    found: list[Violation] = []
     if not (np.all(np.isfinite(scale.astype(np.float64))) and np.all(scale > 0)):
-        add("error", "qdq-scale", "scale has non-positive or non-finite values")
+        found.append(Violation("error", "qdq-scale", "scale has non-positive or non-finite values"))
     zero_point = node.zero_point
     if zero_point is None and node.zero_point_given:
-        add("error", "qdq-zero-point-runtime", "zero-point is not a constant")
+        found.append(Violation("error", "qdq-zero-point-runtime", "zero-point is not a constant"))
     if zero_point is not None:
         if np.asarray(zero_point).astype(np.float64).any():
-            add(
-                "error",
-                "qdq-asymmetric",
-                "zero-point is not 0 (asymmetric quantization): TensorRT requires zero-point 0; "
-                "re-quantize symmetrically (onnxruntime: ActivationSymmetric=True; ModelOpt is symmetric)",
+            found.append(
+                Violation(
+                    "error",
+                    "qdq-asymmetric",
+                    "zero-point is not 0 (asymmetric quantization): TensorRT requires zero-point 0; "
+                    "re-quantize symmetrically (onnxruntime: ActivationSymmetric=True; ModelOpt is symmetric)",
+                )
             )
         if zero_point.shape != scale.shape:
-            add("error", "qdq-zero-point-shape", f"zero-point shape {zero_point.shape} differs from scale shape {scale.shape}")
-    if quantize:
+            found.append(
+                Violation("error", "qdq-zero-point-shape", f"zero-point shape {zero_point.shape} differs from scale shape {scale.shape}")
+            )
+    if node.op == "QuantizeLinear":
         others = sorted({op for op in node.quantize_feeds if op != "DequantizeLinear"})
         if others:
-            add("policy", "qdq-unpaired", f"feeds {', '.join(others)}, not only DequantizeLinear")
+            found.append(Violation("policy", "qdq-unpaired", f"feeds {', '.join(others)}, not only DequantizeLinear"))
+    return found
 
+
+def _weight_violations(node: QdqNode, scale: np.ndarray) -> list[Violation]:
     if node.weight is None or node.weight_shape is None:
         if scale.size > 1:
-            add(
-                "warning",
-                "qdq-per-channel-activation",
-                f"activation scale has {scale.size} values; activations must be per-tensor "
-                "(TensorRT quantizes constant weights per channel, computed tensors per tensor)",
-            )
-        return found
+            return [
+                Violation(
+                    "warning",
+                    "qdq-per-channel-activation",
+                    f"activation scale has {scale.size} values; activations must be per-tensor "
+                    "(TensorRT quantizes constant weights per channel, computed tensors per tensor)",
+                )
+            ]
+        return []
     shape = list(node.weight_shape)
     user = _weight_user(node)
     expected = weight_axis(user)
     if scale.size == 1:
         # One output channel (e.g. YOLOv8's DFL conv, [1, 16, 1, 1]): per-tensor is per-channel.
         if len(shape) >= 2 and shape[expected % len(shape)] != 1:
-            add("policy", "qdq-weight-per-tensor", f"weight {node.weight!r} {shape} is quantized per-tensor, not per-channel")
-        return found
+            return [
+                Violation("policy", "qdq-weight-per-tensor", f"weight {node.weight!r} {shape} is quantized per-tensor, not per-channel")
+            ]
+        return []
     axis = node.axis % len(shape) if shape else node.axis
     if scale.ndim != 1 or axis != expected or scale.shape[0] != shape[expected]:
         reader = f" (the output-channel axis of a {user.op} weight)" if user is not None else ""
-        add(
-            "error",
-            "qdq-weight-axis",
-            f"weight {node.weight!r} {shape} has scale {list(scale.shape)} on axis {node.axis}; expected per-channel on axis {expected}{reader}",
-        )
-    return found
+        return [
+            Violation(
+                "error",
+                "qdq-weight-axis",
+                f"weight {node.weight!r} {shape} has scale {list(scale.shape)} on axis {node.axis}; expected per-channel on axis {expected}{reader}",
+            )
+        ]
+    return []
 
 
 # --------------------------------------------------------------------------- ONNX protos
@@ -229,6 +251,7 @@ def type_name(numpy_dtype: Any) -> str | None:
 _SHORT_TYPE_NAMES = {"float8_e4m3fn": "FP8", "float4_e2m1fn": "FP4", "float16": "FP16", "float32": "FP32"}
 
 
+# One function: the facts of every Q/DQ node in one pass over the graph (constants, readers, weights).
 def describe_proto_nodes(model: Any) -> list[tuple[Any, QdqNode]]:
     """``(node, facts)`` for every standard-domain Q/DQ node of a ``ModelProto``."""
     import onnx

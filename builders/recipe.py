@@ -51,6 +51,11 @@ from builders.sources.base import RecipeError, Source  # defined below the recip
 from vision_serving.tasks.base import Task, thresholds
 
 PRECISIONS = ("int8", "fp16", "fp32")  # the ladder, best first
+# What a spec says of what is served (builders.spec reads it), at its top and in a second stage's table: not the
+# recipe's.
+SERVING_KEYS = ("task", "max_batch_size", "preprocess", "core", "postprocess", "tiling")
+STEP_SETTINGS = ("instances", "max_batch_size", "max_queue_delay_microseconds", "max_queue_size", "queue_timeout_microseconds")
+STAGE_SERVING_KEYS = (*STEP_SETTINGS, "inputs", "outputs", "cpu")
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ class Quantize:
     evaluation_photos: tuple[str, ...] = ()
     calibration_dir: str = ""
     evaluation_dir: str = ""
-    # Layer groups (builders.quantize.LAYER_GROUPS), node-name regexes and op types kept in high precision.
+    # Layer groups (builders.layer_groups.GROUPS), node-name regexes and op types kept in high precision.
     exclude: tuple[str, ...] = ()
     exclude_nodes: str = ""
     exclude_op_types: tuple[str, ...] = ()
@@ -168,7 +173,7 @@ def _stages(data: dict[str, Any], task: Task, where: str) -> dict[str, Stage]:
             raise RecipeError(f"{here}: the role must be a lowercase name other than preprocess, core and postprocess")
         if "engine_profiles" in values:
             raise RecipeError(f"{here}: engine_profiles: {PROFILES_MOVED}")
-        known = {"source", "passes", "metadata_lists", "precisions", "gate", "decode"}
+        known = {"source", "passes", "metadata_lists", "precisions", "gate", "decode", *STAGE_SERVING_KEYS}
         unknown = sorted(set(values) - known)
         if unknown:
             raise RecipeError(f"{here}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
@@ -202,11 +207,19 @@ def load(path: Path, task: Task) -> Recipe:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:
         raise RecipeError(f"{path}: {error}") from None
-    where = str(path)
+    return from_data(data, task, str(path), path)
+
+
+RECIPE_KEYS = ("description", "precisions", "source", "fix", "quantize", "gate", "golden", "stages")
+
+
+def from_data(data: dict[str, Any], task: Task, where: str, path: Path) -> Recipe:
+    """The recipe of a spec's parsed TOML ``data`` (its serving keys left to :mod:`builders.spec`)."""
     if "engine" in data:
         raise RecipeError(f"{where}: [engine]: {PROFILES_MOVED}")
-    if "task" in data:
-        raise RecipeError(f"{where}: 'task' is not a recipe key: the postprocess config's task parameter names it ({task.name} here)")
+    unknown = sorted(set(data) - set(RECIPE_KEYS) - set(SERVING_KEYS))
+    if unknown:
+        raise RecipeError(f"{where}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join((*SERVING_KEYS, *RECIPE_KEYS))}")
     source = _source(_section(data, "source", where), f"{where} [source]")
     precisions = _ladder(data.get("precisions", list(PRECISIONS)), PRECISIONS, where)
     try:

@@ -41,7 +41,7 @@ from builders.build_envs import ROOT, run_in_env
 WHEELS_DIR = ROOT / ".build" / "cache" / "wheels"
 TFLITE_DIR = ROOT / ".build" / "cache" / "tflite"
 CONVERT_ENV = "tflite-convert"
-DENSIFY_SCRIPT = Path(__file__).resolve().with_name("tflite_densify.py")
+DENSIFY_MODULE = "builders.tflite_densify"  # run as python -m, from the repository root, in the tflite-convert environment
 TRANSPOSE_CONV_BIAS = "Convolution2DTransposeBias"
 _TFLITE_PADDING = {1: "SAME", 2: "VALID"}
 _BUILTIN_CUSTOM = 32  # tflite.BuiltinOperator.CUSTOM
@@ -187,7 +187,7 @@ def densify(tflite: Path, output: Path, log: Log = _quiet) -> dict[str, Any]:
     report_path = output.with_suffix(".json")
     report_path.unlink(missing_ok=True)
     try:
-        run_in_env(CONVERT_ENV, [str(DENSIFY_SCRIPT), str(tflite), str(output), "--report", str(report_path)], log)
+        run_in_env(CONVERT_ENV, ["-m", DENSIFY_MODULE, str(tflite), str(output), "--report", str(report_path)], log)
     except BuildError:
         failure = _read_report(report_path)
         if "error" not in failure:

@@ -12,47 +12,32 @@ Reads a model and reports findings, each with a severity:
   no-op nodes, foldable shape arithmetic).
 
 Every finding names the ``fix`` pass that repairs it, when one does. The
-rules come from :mod:`builders.tensorrt_onnx_ops` (the onnx-tensorrt support
-table) plus the restrictions coded below; "shape subgraphs that constant
+rules come from :mod:`builders.tensorrt_onnx_ops` (onnx-tensorrt's importers:
+the ops and the types the parser accepts) plus the restrictions coded below; "shape subgraphs that constant
 folding would remove" are found by folding a copy of the graph exactly as
 ``fix`` does and seeing which parameter inputs became constants.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
 from builders import batch_profile, qdq_rules
 from builders import tensorrt_onnx_ops as table
+from builders import trt_compat_rules as rules
 from builders.fix_onnx import load_model, quiet_graphsurgeon
-from builders.passes import batch, cleanup, custom_ops, einsum, onnx_io, registry
-from builders.passes.graph import STANDARD_DOMAINS, constant_values, is_absent, onnx_type
+from builders.passes import batch, cleanup, custom_ops, onnx_io, registry
+from builders.passes.graph import STANDARD_DOMAINS, constant_values, is_absent
 
 SEVERITIES = ("error", "warning", "info")
-
-_TYPE_NAMES: dict[int, str] = {
-    onnx.TensorProto.FLOAT: "FP32",
-    onnx.TensorProto.FLOAT16: "FP16",
-    onnx.TensorProto.BFLOAT16: "BF16",
-    onnx.TensorProto.DOUBLE: "DOUBLE",
-    onnx.TensorProto.INT8: "INT8",
-    onnx.TensorProto.UINT8: "UINT8",
-    onnx.TensorProto.INT32: "INT32",
-    onnx.TensorProto.INT64: "INT64",
-    onnx.TensorProto.BOOL: "BOOL",
-    onnx.TensorProto.FLOAT8E4M3FN: "FP8",
-    onnx.TensorProto.INT4: "INT4",
-}
-if hasattr(onnx.TensorProto, "FLOAT4E2M1"):
-    _TYPE_NAMES[onnx.TensorProto.FLOAT4E2M1] = "FP4"
 
 # Parameter inputs whose runtime computation is worth reporting: op -> input indices.
 _PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
@@ -65,13 +50,6 @@ _PARAMETER_INPUTS: dict[str, tuple[int, ...]] = {
     "Tile": (1,),
     "ConstantOfShape": (0,),
     "Split": (1,),
-}
-# (op, input type) TensorRT refuses -> the fix pass that rewrites it (both in Ultralytics' nms=True exports: the
-# selection mask NonZero reads, and the clamp of a dynamic batch's padding).
-DTYPE_FIXES: dict[tuple[str, str], str] = {
-    ("NonZero", "BOOL"): "cast_nonzero_input",
-    ("Clip", "INT64"): "integer_clip_to_min_max",
-    ("Clip", "INT32"): "integer_clip_to_min_max",
 }
 _QUANTIZED_OPERATOR_FORMAT = {"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"}
 
@@ -121,9 +99,7 @@ class Report:
         }
 
     def format_text(self) -> str:
-        header = (
-            f"{self.model}: opset {self.opset}, {self.node_count} nodes (rules: TensorRT {table.TENSORRT_VERSION} ONNX operator support)"
-        )
+        header = f"{self.model}: opset {self.opset}, {self.node_count} nodes (rules: {table.RULES})"
         lines = [header]
         for finding in self.findings:
             where = f"{finding.node} ({finding.op})" if finding.node else finding.op
@@ -136,13 +112,6 @@ class Report:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _type_name(dtype: object) -> str | None:
-    onnx_enum = onnx_type(dtype)
-    if onnx_enum is None:
-        return None
-    return _TYPE_NAMES.get(onnx_enum, onnx.TensorProto.DataType.Name(onnx_enum))
 
 
 def _default_opset(model: onnx.ModelProto) -> int | None:
@@ -177,11 +146,6 @@ def _describe(nodes: list[gs.Node]) -> str:
     ops = sorted({node.op for node in nodes if node.op != "Constant"})
     computed = [node for node in nodes if node.op != "Constant"]
     return f"{len(computed)} node(s) ({', '.join(ops)})" if computed else "Constant nodes"
-
-
-def _attr(node: gs.Node, name: str, default: Any) -> Any:
-    value = node.attrs.get(name, default)
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class _Checker:
@@ -234,17 +198,17 @@ class _Checker:
             self.add("error", "opset-range", "the model imports no default-domain opset", op="model")
         elif not table.MIN_OPSET <= self.opset <= table.MAX_OPSET:
             self.add(
-                "error",
+                "warning",
                 "opset-range",
-                f"opset {self.opset} is outside TensorRT {table.TENSORRT_VERSION}'s range "
-                f"{table.MIN_OPSET}-{table.MAX_OPSET}: re-export at an opset in range",
+                f"opset {self.opset} is outside the range onnx-tensorrt documents ({table.MIN_OPSET}-{table.MAX_OPSET}); the parser "
+                "refuses no opset, but an op whose meaning changed since may not import as meant: re-export at an opset in range",
                 op="model",
             )
 
     def check_io(self) -> None:
         for kind, values in (("input", self.graph.inputs), ("output", self.graph.outputs)):
             for value in values:
-                type_name = _type_name(value.dtype)
+                type_name = rules.type_of(value.dtype)
                 if type_name == "INT64":
                     self.add(
                         "warning",
@@ -401,6 +365,16 @@ class _Checker:
         )
 
     def _supported(self, node: gs.Node) -> bool:
+        """Whether the parser has an importer for the node's op (its types are checked then)."""
+        if node.op in table.LATER_OPERATORS:
+            since = table.LATER_OPERATORS[node.op]
+            self.add(
+                "warning",
+                "later-op",
+                f"the ONNX parser imports {node.op} from TensorRT {since} (its changelog); older releases refuse it",
+                node,
+            )
+            return node.op in table.OPERATORS
         if node.op in table.OPERATORS:
             return True
         if node.op in _QUANTIZED_OPERATOR_FORMAT:
@@ -409,13 +383,12 @@ class _Checker:
                 "(QuantizeLinear/DequantizeLinear pairs, int8, zero-point 0)"
             )
         elif node.op.endswith("_TRT"):
-            message = "a TensorRT plugin op: the plugin library must be loaded at build time"
-            if node.op.startswith("EfficientNMS"):
-                message += "; EfficientNMS_TRT is deprecated since 10.12 and gone in 11: use ONNX NonMaxSuppression"
-        elif node.op in table.UNSUPPORTED:
-            message = f"TensorRT {table.TENSORRT_VERSION} has no importer for {node.op}: rewrite it or add a plugin"
+            message = "a TensorRT plugin op: the parser imports it only from a loaded plugin library, and build-engine loads none"
+            note = table.PLUGIN_NOTES.get(node.op)
+            message += f"; {node.op} is {note}" if note else ""
         else:
-            message = f"{node.op} is not in TensorRT {table.TENSORRT_VERSION}'s ONNX support table"
+            known = "its operators table lists it as unsupported" if node.op in table.UNSUPPORTED else "not in its operators table either"
+            message = f"the ONNX parser has no importer for {node.op} ({table.RULES}; {known}): rewrite it or add a plugin"
         self.add("error", "unsupported-op", message, node)
         return False
 
@@ -427,15 +400,23 @@ class _Checker:
         else:
             index = table.TYPED_INPUT.get(node.op, 0)
             tensor = node.inputs[index] if len(node.inputs) > index and not is_absent(node.inputs[index]) else None
-        type_name = _type_name(tensor.dtype) if tensor is not None else None
+        type_name = rules.type_of(tensor.dtype) if tensor is not None else None
         if type_name is None:
             return
         if type_name == "DOUBLE":
             self.add("warning", "double-dtype", "DOUBLE is cast down to FP32 by TensorRT (values clamped to ±FLT_MAX)", node)
-        elif type_name not in table.OPERATORS[node.op]:
-            message = f"{node.op} on {type_name} is not supported (TensorRT lists {', '.join(sorted(table.OPERATORS[node.op]))})"
-            fix = DTYPE_FIXES.get((node.op, type_name))
-            self.add("error", "unsupported-dtype", message, node, fix=(fix,) if fix else ())
+            return
+        accepted = table.PARSER_ACCEPTS.get(node.op)
+        if type_name in table.PARSER_REJECTS.get(node.op, ()) or (accepted is not None and type_name not in accepted):
+            self.add("error", "unsupported-dtype", f"the ONNX parser's {node.op} importer refuses {type_name} ({table.RULES})", node)
+        elif accepted is None and type_name not in table.OPERATORS[node.op]:
+            listed = ", ".join(sorted(table.OPERATORS[node.op]))
+            self.add(
+                "error",
+                "unsupported-dtype",
+                f"{node.op} on {type_name}: its importer checks no type, and onnx-tensorrt's operators table lists {listed} for its layer",
+                node,
+            )
 
     def _constant_inputs(self, node: gs.Node, top_level: bool) -> None:
         for index, name in table.CONSTANT_INPUTS.get(node.op, {}).items():
@@ -520,7 +501,7 @@ class _Checker:
 
     def qdq(self, node: gs.Node) -> None:
         """TensorRT's Q/DQ rules (:mod:`builders.qdq_rules`); the project's quantize policy is not reported here."""
-        for violation in qdq_rules.node_violations(_qdq_facts(node)):
+        for violation in qdq_rules.node_violations(rules.qdq_facts(node)):
             if violation.severity in ("error", "warning") and violation.code not in _QDQ_REPORTED_ELSEWHERE:
                 self.add(violation.severity, violation.code, violation.message, node)
 
@@ -529,222 +510,8 @@ class _Checker:
 _QDQ_REPORTED_ELSEWHERE = frozenset({"qdq-scale-runtime", "qdq-zero-point-runtime"})
 
 
-def _constant_source(tensor: gs.Tensor) -> gs.Tensor | None:
-    """The constant a tensor is, or that a Q/DQ quantizes (ModelOpt's weight pattern W -> QuantizeLinear -> DequantizeLinear)."""
-    if constant_values(tensor) is not None:
-        return tensor
-    producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
-    if producer is not None and producer.op in qdq_rules.QDQ_OPS and constant_values(producer.inputs[0]) is not None:
-        return producer.inputs[0]
-    return None
-
-
-def _qdq_facts(node: gs.Node) -> qdq_rules.QdqNode:
-    quantize = node.op == "QuantizeLinear"
-    data = node.inputs[0] if node.inputs else None
-    scale = node.inputs[1] if len(node.inputs) > 1 else None
-    zero_point = node.inputs[2] if len(node.inputs) > 2 and not is_absent(node.inputs[2]) else None
-    output_dtype = int(node.attrs.get("output_dtype", 0))
-    if quantize:
-        if zero_point is not None:
-            quantized_type = _type_name(zero_point.dtype)
-        elif output_dtype:
-            quantized_type = _TYPE_NAMES.get(output_dtype, onnx.TensorProto.DataType.Name(output_dtype))
-        else:
-            quantized_type = None
-    else:
-        quantized_type = _type_name(data.dtype) if data is not None else None
-    weight = _constant_source(data) if data is not None else None
-    weight_values = constant_values(weight) if weight is not None else None
-    dequantized = node.outputs[0] if node.outputs else None
-    if quantize and dequantized is not None:
-        readers = [reader for reader in dequantized.outputs if reader.op == "DequantizeLinear"]
-        dequantized = readers[0].outputs[0] if readers and readers[0].outputs else None
-    users = (
-        tuple(
-            qdq_rules.WeightUser(reader.op, index, int(reader.attrs.get("transB", 0)))
-            for reader in dequantized.outputs
-            for index, tensor in enumerate(reader.inputs)
-            if tensor is dequantized
-        )
-        if dequantized is not None and weight is not None
-        else ()
-    )
-    return qdq_rules.QdqNode(
-        op=node.op,
-        quantized_type=quantized_type,
-        scale=constant_values(scale) if scale is not None else None,
-        zero_point=constant_values(zero_point) if zero_point is not None else None,
-        zero_point_given=zero_point is not None,
-        output_dtype_given=bool(output_dtype),
-        axis=int(node.attrs.get("axis", 1)),
-        block_size=int(node.attrs.get("block_size", 0)),
-        weight=weight.name if weight is not None else None,
-        weight_shape=tuple(int(d) for d in weight_values.shape) if weight_values is not None else None,
-        weight_users=users,
-        quantize_feeds=tuple(reader.op for reader in node.outputs[0].outputs) if quantize and node.outputs else (),
-    )
-
-
-def _resize(checker: _Checker, node: gs.Node) -> None:
-    mode = _attr(node, "mode", "nearest")
-    coordinate = _attr(node, "coordinate_transformation_mode", "half_pixel")
-    nearest = _attr(node, "nearest_mode", "round_prefer_floor")
-    if mode == "cubic":
-        checker.add(
-            "warning",
-            "unsupported-attribute",
-            "mode 'cubic' is not among the modes the TensorRT ONNX table lists (nearest, linear); "
-            "recent parsers map it to a cubic resize, older ones reject it: confirm with a build or use 'linear'",
-            node,
-        )
-    elif mode not in table.RESIZE_MODES:
-        checker.add("error", "unsupported-attribute", f"Resize mode '{mode}' is not supported (nearest, linear)", node)
-    if coordinate not in table.RESIZE_COORDINATE_MODES:
-        checker.add(
-            "error",
-            "unsupported-attribute",
-            f"coordinate_transformation_mode '{coordinate}' is not supported ({', '.join(sorted(table.RESIZE_COORDINATE_MODES))})",
-            node,
-        )
-    if mode == "nearest" and nearest not in table.RESIZE_NEAREST_MODES:
-        checker.add("error", "unsupported-attribute", f"nearest_mode '{nearest}' is not supported", node)
-    if int(node.attrs.get("antialias", 0)):
-        checker.add("error", "unsupported-attribute", "antialias=1 is not supported by TensorRT's resize", node)
-    if _attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch":
-        checker.add("error", "unsupported-attribute", "keep_aspect_ratio_policy must be 'stretch'", node)
-
-
-def _pad(checker: _Checker, node: gs.Node) -> None:
-    mode = _attr(node, "mode", "constant")
-    if mode not in table.PAD_MODES:
-        checker.add("error", "unsupported-attribute", f"Pad mode '{mode}' is not supported ({', '.join(sorted(table.PAD_MODES))})", node)
-
-
-def _pool(checker: _Checker, node: gs.Node) -> None:
-    dilations = node.attrs.get("dilations")
-    if dilations is not None and any(int(d) != 1 for d in dilations):
-        checker.add("error", "unsupported-attribute", f"{node.op} dilations {list(dilations)}: TensorRT pools without dilation", node)
-    shape = node.inputs[0].shape if node.inputs else None
-    if node.op in ("AveragePool", "MaxPool") and shape is not None and len(shape) not in (4, 5):
-        checker.add("error", "unsupported-attribute", f"{node.op} on a rank-{len(shape)} input: TensorRT pools 2D or 3D only", node)
-    if node.op == "MaxPool" and len(node.outputs) > 1 and (node.outputs[1].outputs or node.outputs[1] in checker.graph.outputs):
-        checker.add("error", "unsupported-attribute", "MaxPool's Indices output is not supported", node)
-
-
-def _dropout(checker: _Checker, node: gs.Node) -> None:
-    if len(node.inputs) > 2 and not is_absent(node.inputs[2]):
-        value = constant_values(node.inputs[2])
-        if value is not None and bool(np.asarray(value).reshape(-1)[0]):
-            checker.add("error", "unsupported-attribute", "Dropout in training mode: TensorRT only runs inference", node)
-
-
-def _topk(checker: _Checker, node: gs.Node) -> None:
-    if int(node.attrs.get("sorted", 1)) != 1:
-        checker.add("error", "unsupported-attribute", "TopK with sorted=0 is not supported", node)
-    k = constant_values(node.inputs[1]) if len(node.inputs) > 1 else None
-    if k is not None and int(np.asarray(k).reshape(-1)[0]) >= table.TOPK_MAX_K:
-        checker.add("error", "unsupported-attribute", f"TopK K must be below {table.TOPK_MAX_K}", node)
-
-
-def _scatter_nd(checker: _Checker, node: gs.Node) -> None:
-    if _attr(node, "reduction", "none") != "none":
-        checker.add("error", "unsupported-attribute", "ScatterND reduction other than 'none' is not supported", node)
-
-
-def _lstm(checker: _Checker, node: gs.Node) -> None:
-    if int(node.attrs.get("input_forget", 0)) or int(node.attrs.get("layout", 0)):
-        checker.add("error", "unsupported-attribute", "LSTM needs input_forget=0 and layout=0", node)
-
-
-def _constant(checker: _Checker, node: gs.Node) -> None:
-    for name in ("sparse_value", "value_string", "value_strings"):
-        if name in node.attrs:
-            checker.add("error", "unsupported-attribute", f"Constant with '{name}' is not supported", node)
-
-
-def _layer_norm(checker: _Checker, node: gs.Node) -> None:
-    if any(out.outputs or out in checker.graph.outputs for out in node.outputs[1:]):
-        checker.add("error", "unsupported-attribute", "only LayerNormalization's first output (Y) is supported", node)
-
-
-def _grid_sample(checker: _Checker, node: gs.Node) -> None:
-    shape = node.inputs[0].shape if node.inputs else None
-    if shape is not None and len(shape) != 4:
-        checker.add("error", "unsupported-attribute", "GridSample needs a 4-D input", node)
-
-
-def _eye_like(checker: _Checker, node: gs.Node) -> None:
-    shape = node.inputs[0].shape if node.inputs else None
-    if shape is not None and not all(isinstance(d, int) and d > 0 for d in shape):
-        checker.add("error", "unsupported-attribute", "EyeLike needs an input with static dims", node)
-
-
-def _nms(checker: _Checker, node: gs.Node) -> None:
-    for index, name in ((0, "boxes"), (1, "scores")):
-        shape = node.inputs[index].shape if len(node.inputs) > index else None
-        if shape is not None and len(shape) != 3:
-            checker.add("error", "unsupported-attribute", f"NonMaxSuppression '{name}' must be 3-D", node)
-    checker.add(
-        "info",
-        "nms",
-        "runs as TensorRT's NMS layer: the selected indices [num_selected, 3] (INT64) have a data-dependent "
-        "shape, which the serving side must allocate at run time; NMS in the postprocess model avoids that",
-        node,
-    )
-
-
-def _einsum(checker: _Checker, node: gs.Node) -> None:
-    equation = _attr(node, "equation", "")
-    if any(c.isupper() for c in equation):
-        checker.add(
-            "error",
-            "unsupported-attribute",
-            f"Einsum '{equation}' uses upper-case labels: TensorRT's Einsum takes lower-case letters only",
-            node,
-        )
-        return
-    plan = einsum.einsum_plan(node)
-    awkward = "..." in equation or len(node.inputs) > 2
-    if isinstance(plan, einsum.EinsumPlan):
-        severity = "warning" if awkward else "info"
-        why = (
-            "TensorRT 8.x rejected ellipsis and 3+ operands and 10.x parsers differ; "
-            if awkward
-            else "it builds as TensorRT's Einsum layer, but "
-        )
-        checker.add(
-            severity,
-            "einsum",
-            f"Einsum '{equation}': {why}MatMul is what GEMM kernels and Q/DQ quantizers target",
-            node,
-            fix=("einsum_to_matmul",),
-        )
-    else:
-        checker.add(
-            "warning" if awkward or "diagonal" in plan else "info",
-            "einsum",
-            f"Einsum '{equation}' cannot be rewritten automatically ({plan}); TensorRT's Einsum layer may reject it",
-            node,
-        )
-
-
 _RULES: dict[str, Callable[[_Checker, gs.Node], None]] = {
-    "Resize": _resize,
-    "Pad": _pad,
-    "AveragePool": _pool,
-    "MaxPool": _pool,
-    "LpPool": _pool,
-    "Dropout": _dropout,
-    "TopK": _topk,
-    "ScatterND": _scatter_nd,
-    "LSTM": _lstm,
-    "Constant": _constant,
-    "LayerNormalization": _layer_norm,
-    "GridSample": _grid_sample,
-    "EyeLike": _eye_like,
-    "NonMaxSuppression": _nms,
-    "Einsum": _einsum,
+    **rules.RULES,
     "QuantizeLinear": _Checker.qdq,
     "DequantizeLinear": _Checker.qdq,
 }
@@ -772,3 +539,10 @@ def check_model(model: onnx.ModelProto, max_batch: int | None = None, name: str 
 def check_file(path: Path, max_batch: int | None = None) -> Report:
     """``check_model`` on a file; a missing or unreadable file raises ``BuildError`` (exit 2)."""
     return check_model(load_model(Path(path)), max_batch=max_batch, name=str(path))
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """The report of ``args.model`` (default: the chosen pipeline's export); exit 1 when a build is blocked."""
+    report = check_file(args.model or args.loaded.layout.onnx("fp32"), max_batch=args.max_batch)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.format_text())
+    return 1 if report.blocking else 0

@@ -31,16 +31,21 @@ Actions (``--apply``): ``none`` (default) only decides. ``nginx`` rewrites the
 weights of the local rehearsal's proxy (devtools/proxy.py, ``--nginx-dir``):
 ROLLBACK takes the canary backend out, PROMOTE gives it all traffic; the
 command returns once nginx's old workers have finished their requests.
-``kubectl`` prints the commands (``--yes`` runs them): ROLLBACK sets the routes'
-weights to stable 100 / canary 0 and deletes the canary Deployment; PROMOTE sets
-the stable Deployment's images to ``--image CONTAINER=IMAGE`` (the canary's),
-waits for its rollout, then moves the weights and deletes the canary. Each route
-patch is a JSON patch that first tests the backendRef names at the given
-indexes, so a route that does not look as expected is left alone.
+``kubectl`` prints the commands (``--yes`` runs them, :mod:`devtools.promotion`):
+ROLLBACK sets the routes' weights to stable 100 / canary 0 and deletes the canary
+Deployment; PROMOTE sets the stable Deployment's images to ``--image
+CONTAINER=IMAGE`` (the canary's) and waits for its rollout (``--rollout-timeout``,
+default replicas x the Deployment's progressDeadlineSeconds), then moves the
+weights and deletes the canary; a rollout that does not finish is rolled back
+(stable's previous images, the weights to stable, the canary deleted), so a
+promotion never stops half-way. Each route patch is a JSON patch that first tests
+the backendRef names at the given indexes, so a route that does not look as
+expected is left alone.
 
 Exit codes: 0 PROMOTE, 1 ROLLBACK, 2 nothing decided (bad arguments, Prometheus
 unreachable or answering an error), 3 the action failed (manual action needed),
-4 WAIT (not enough canary traffic yet: run it again later).
+4 WAIT (not enough canary traffic yet: run it again later), 5 PROMOTE's rollout
+did not finish and was rolled back (stable serves its previous version).
 """
 
 from __future__ import annotations
@@ -50,7 +55,6 @@ import json
 import math
 import re
 import shlex
-import subprocess
 import sys
 import time
 import urllib.error
@@ -60,7 +64,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-EXIT_PROMOTE, EXIT_ROLLBACK, EXIT_ERROR, EXIT_ACTION_FAILED, EXIT_WAIT = 0, 1, 2, 3, 4
+from devtools.promotion import KubernetesTarget, Promotion, PromotionError, PromotionRolledBack, planned_commands
+
+EXIT_PROMOTE, EXIT_ROLLBACK, EXIT_ERROR, EXIT_ACTION_FAILED, EXIT_WAIT, EXIT_ROLLED_BACK = 0, 1, 2, 3, 4, 5
 EXIT_CODES = {"PROMOTE": EXIT_PROMOTE, "ROLLBACK": EXIT_ROLLBACK, "WAIT": EXIT_WAIT}
 TRACKS = ("stable", "canary")
 PASS, FAIL, NOT_AVAILABLE, WAITING = "pass", "FAIL", "n/a", "wait"
@@ -256,56 +262,20 @@ def fetch(base_url: str, pipeline: str, track_label: str = "track", window: str 
 # --------------------------------------------------------------------------- actions
 
 
-@dataclass(frozen=True)
-class KubernetesTarget:
-    namespace: str = "vision-serving"
-    routes: tuple[str, ...] = ("grpcroute/vision-serving", "httproute/vision-serving")
-    rule_index: int = 0
-    stable_service: str = "vision-serving"
-    canary_service: str = "vision-serving-canary"
-    stable_ref_index: int = 0
-    canary_ref_index: int = 1
-    stable_deployment: str = "vision-serving"
-    canary_deployment: str = "vision-serving-canary"
-    images: tuple[str, ...] = ()  # CONTAINER=IMAGE for the stable Deployment on promotion
-
-
-def route_patch(target: KubernetesTarget, stable_weight: int, canary_weight: int) -> list[dict]:
-    """A JSON patch that checks both backendRefs' names, then sets their weights."""
-    refs = f"/spec/rules/{target.rule_index}/backendRefs"
-    return [
-        {"op": "test", "path": f"{refs}/{target.stable_ref_index}/name", "value": target.stable_service},
-        {"op": "test", "path": f"{refs}/{target.canary_ref_index}/name", "value": target.canary_service},
-        {"op": "replace", "path": f"{refs}/{target.stable_ref_index}/weight", "value": stable_weight},
-        {"op": "replace", "path": f"{refs}/{target.canary_ref_index}/weight", "value": canary_weight},
-    ]
-
-
-def kubectl_commands(verdict: str, target: KubernetesTarget) -> list[list[str]]:
-    """The kubectl commands that apply ``verdict`` (none for WAIT)."""
-    if verdict not in ("PROMOTE", "ROLLBACK"):
-        return []
-    namespace = ["-n", target.namespace]
-    commands: list[list[str]] = []
-    if verdict == "PROMOTE":
-        if not target.images:
-            raise CanaryError("--apply kubectl promotes with --image CONTAINER=IMAGE (the canary's images, for the stable Deployment)")
-        commands.append(["kubectl", *namespace, "set", "image", f"deployment/{target.stable_deployment}", *target.images])
-        commands.append(["kubectl", *namespace, "rollout", "status", f"deployment/{target.stable_deployment}", "--timeout=15m"])
-    patch = json.dumps(route_patch(target, 100, 0), separators=(",", ":"))
-    commands += [["kubectl", *namespace, "patch", route, "--type=json", "-p", patch] for route in target.routes]
-    commands.append(["kubectl", *namespace, "delete", f"deployment/{target.canary_deployment}", "--ignore-not-found"])
-    return commands
-
-
 def apply_kubectl(verdict: str, target: KubernetesTarget, run: bool) -> list[str]:
-    lines = []
-    for command in kubectl_commands(verdict, target):
-        lines.append(shlex.join(command))
-        if run:
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-            if result.returncode != 0:
-                raise CanaryError(f"{shlex.join(command)} failed ({result.returncode}): {(result.stderr or result.stdout).strip()}")
+    """Run the verdict (``run``) or print what it runs; a promotion's way back is printed beside its commands."""
+    if run:
+        promotion = Promotion(target)
+        if verdict == "ROLLBACK":
+            return promotion.rollback()
+        return promotion.promote() if verdict == "PROMOTE" else []
+    lines = [shlex.join(command) for command in planned_commands(verdict, target)]
+    if verdict == "PROMOTE":
+        names = " ".join(f"{image.split('=', 1)[0]}=<its image before>" for image in target.images)
+        lines.append(
+            f"# if that rollout does not finish: kubectl -n {target.namespace} set image deployment/{target.stable_deployment} "
+            f"{names}, its rollout waited for, then the route patches and the delete above"
+        )
     return lines
 
 
@@ -389,12 +359,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     kube.add_argument("--stable-deployment", default=target.stable_deployment)
     kube.add_argument("--canary-deployment", default=target.canary_deployment)
     kube.add_argument("--image", action="append", type=_image, default=[], help="CONTAINER=IMAGE set on the stable Deployment on PROMOTE")
+    kube.add_argument(
+        "--rollout-timeout",
+        type=int,
+        metavar="SECONDS",
+        help="how long PROMOTE waits for stable's rollout before rolling it back (default: replicas x its progressDeadlineSeconds)",
+    )
     args = parser.parse_args(argv)
     if args.apply == "nginx" and args.nginx_dir is None:
         parser.error("--apply nginx needs --nginx-dir")
     if args.min_requests < 1 or args.max_p95_ratio <= 0:
         parser.error("--min-requests must be >= 1 and --max-p95-ratio > 0")
     return args
+
+
+def kubernetes_target(args: argparse.Namespace) -> KubernetesTarget:
+    """The objects ``--apply kubectl`` acts on, from the command line."""
+    return KubernetesTarget(
+        args.namespace,
+        tuple(args.routes or KubernetesTarget().routes),
+        args.rule_index,
+        args.stable_service,
+        args.canary_service,
+        args.stable_ref_index,
+        args.canary_ref_index,
+        args.stable_deployment,
+        args.canary_deployment,
+        tuple(args.image),
+        args.rollout_timeout,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -413,19 +406,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.apply == "nginx":
             actions = apply_nginx(decision.verdict, args.nginx_dir, args.stable_backend, args.canary_backend)
         elif args.apply == "kubectl":
-            target = KubernetesTarget(
-                args.namespace,
-                tuple(args.routes or KubernetesTarget().routes),
-                args.rule_index,
-                args.stable_service,
-                args.canary_service,
-                args.stable_ref_index,
-                args.canary_ref_index,
-                args.stable_deployment,
-                args.canary_deployment,
-                tuple(args.image),
-            )
-            actions = apply_kubectl(decision.verdict, target, run=args.yes)
+            actions = apply_kubectl(decision.verdict, kubernetes_target(args), run=args.yes)
+    except PromotionRolledBack as error:
+        print(f"canary: error: PROMOTE rolled back: {error}", file=sys.stderr)
+        actions, code = error.lines, EXIT_ROLLED_BACK
+    except PromotionError as error:
+        print(f"canary: error: {decision.verdict} not applied: {error}", file=sys.stderr)
+        actions = error.lines
+        code = EXIT_ERROR if not args.yes else EXIT_ACTION_FAILED
     except CanaryError as error:
         print(f"canary: error: {decision.verdict} not applied: {error}", file=sys.stderr)
         code = EXIT_ERROR if not args.yes and args.apply == "kubectl" else EXIT_ACTION_FAILED

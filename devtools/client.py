@@ -112,6 +112,7 @@ class PipelineInterface:
     request_inputs: dict[str, str | None]  # role -> the ensemble's optional input (None: it has none)
     outputs: dict[str, str | None]  # role -> the ensemble's output
     max_batch_size: int
+    task_parameters: dict[str, str] = field(default_factory=dict)  # the parameters of its step with the task parameter
 
 
 @dataclass
@@ -275,12 +276,13 @@ class TritonConnection:
     def pipeline_interface(self, model: str, expected: Task | None = None) -> PipelineInterface:
         """The ensemble's task (the ``task`` parameter of its postprocess step) and its tensors by role."""
         ensemble = self.config(model)
-        task_name = None
+        parameters: dict[str, str] = {}
         for step in reversed(ensemble.ensemble_scheduling.step):
             step_config = self.config(step.model_name)
             if "task" in step_config.parameters:
-                task_name = step_config.parameters["task"].string_value
+                parameters = {key: value.string_value for key, value in step_config.parameters.items()}
                 break
+        task_name = parameters.get("task")
         if task_name is None:
             raise ClientError(f"model '{model}' is not a pipeline of this bundle: no step of it has a task parameter")
         try:
@@ -296,7 +298,7 @@ class TritonConnection:
             raise ClientError(str(error)) from None
         image = inputs.pop("image")
         assert image is not None
-        return PipelineInterface(model, task, image, inputs, outputs, int(ensemble.max_batch_size))
+        return PipelineInterface(model, task, image, inputs, outputs, int(ensemble.max_batch_size), parameters)
 
     def infer(self, interface: PipelineInterface, images: list[bytes], options: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
         """One request for all ``images`` (with the task's optional inputs by role) -> each image's outputs by
@@ -325,7 +327,11 @@ class TritonConnection:
         return [{role: value[index] for role, value in arrays.items()} for index in range(len(images))]
 
 
-_DATATYPES = {np.int32: model_config.model_config_pb2.TYPE_INT32, np.float32: model_config.model_config_pb2.TYPE_FP32}
+_DATATYPES = {
+    np.int32: model_config.model_config_pb2.TYPE_INT32,
+    np.float32: model_config.model_config_pb2.TYPE_FP32,
+    np.object_: model_config.model_config_pb2.TYPE_STRING,  # BYTES: a tiled pipeline's TILING
+}
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -480,6 +486,7 @@ def run(task_name: str, prog: str, argv: list[str] | None = None, task_option: b
     try:
         connection.check_ready(args.model)
         interface = connection.pipeline_interface(args.model, task)
+        args.task_parameters = interface.task_parameters  # what a client may read of the pipeline (TaskClient.report)
         for role in client.request_inputs(args, 1):
             if interface.request_inputs.get(role) is None:
                 raise ClientError(f"model '{args.model}' has no {role} input; its option cannot be used with it")

@@ -68,6 +68,8 @@ class LockSet:
 SETS = (
     LockSet("pip", "pip itself, installed first into every venv made here (see pip.in)", "3.11", LOCAL_PLATFORM, no_deps=True),
     LockSet("image", "the serving image's Python backend (docker/server.Dockerfile), wheels only", "3.12", IMAGE_PLATFORM),
+    LockSet("gateway", "the image gateway's image (docker/gateway.Dockerfile), wheels only", "3.12", IMAGE_PLATFORM),
+    LockSet("streams", "the stream service's image (docker/streams.Dockerfile), wheels only", "3.12", IMAGE_PLATFORM),
     LockSet(
         "builder",
         "the builder image (docker/builder.Dockerfile); torch (CPU) comes from TORCH_INDEX_URL, so it and PyPI torch's CUDA packages are left out",
@@ -84,8 +86,13 @@ SETS = (
     LockSet("tflite-convert", "build environment .build/envs/tflite-convert (builders/build_envs.py)", "3.11", LOCAL_PLATFORM),
     LockSet("mediapipe", "build environment .build/envs/mediapipe (builders/build_envs.py)", "3.11", LOCAL_PLATFORM),
     LockSet(
-        "ultralytics", "the tests' YOLO reference environment .build/envs/ultralytics (builders/build_envs.py)", "3.11", LOCAL_PLATFORM
+        "ultralytics",
+        "the tests' YOLO and SAHI reference environment .build/envs/ultralytics (builders/build_envs.py)",
+        "3.11",
+        LOCAL_PLATFORM,
+        drop="triton",  # OpenAI's Triton, torch's GPU kernel compiler: 0.9 GB that nothing on the CPU imports
     ),
+    LockSet("trackers", "the tests' tracker reference environment .build/envs/trackers (builders/build_envs.py)", "3.11", LOCAL_PLATFORM),
     LockSet("rapidocr", "the tests' OCR reference environment .build/envs/rapidocr (builders/build_envs.py)", "3.11", LOCAL_PLATFORM),
     LockSet("heif-encode", "the tests' HEIC and AVIF encoders .build/envs/heif-encode (builders/build_envs.py)", "3.11", LOCAL_PLATFORM),
 )

@@ -26,7 +26,7 @@ builder="$(docker run --rm --entrypoint python3 "$tensorrt_image" -c 'import ten
 # Every libnvinfer.so.* the server image has, symlinks included (libnvinfer.so.N sorts before libnvinfer.so.N.x.y),
 # in the folders the in-build check looks in; same-tensorrt reads the release from the versioned file, as that check does.
 cd "$ROOT"
-folders="$("$PYTHON" -c 'from builders.tensorrt_engine import LIBRARY_DIRS; print(" ".join(LIBRARY_DIRS))')"
+folders="$("$PYTHON" -c 'from builders.tensorrt.discovery import LIBRARY_DIRS; print(" ".join(LIBRARY_DIRS))')"
 listing="$(docker run --rm --entrypoint bash "$tritonserver_image" -c "for folder in $folders; do ls -1d \"\$folder\"/libnvinfer.so.* 2>/dev/null || true; done")"
 libraries=()
 while IFS= read -r name; do
@@ -36,4 +36,4 @@ if [ "${#libraries[@]}" -eq 0 ]; then
   echo "check-tensorrt: error: no libnvinfer.so.* in $tritonserver_image (looked in $folders)" >&2
   exit 2
 fi
-exec "$PYTHON" -m builders.tensorrt_engine same-tensorrt --builder-version "$builder" "${libraries[@]}"
+exec "$PYTHON" -m builders same-tensorrt --builder-version "$builder" "${libraries[@]}"

@@ -60,7 +60,7 @@ RUN python3 -m pip --python /opt/venv/bin/python install --no-compile --no-deps 
 
 # Fail the build, in one line, when the builder image's TensorRT is not this image's libnvinfer release.
 COPY --from=builder-tensorrt /builder-tensorrt-version /opt/vision-serving/builder-tensorrt-version
-RUN /opt/venv/bin/python -m builders.tensorrt_engine same-tensorrt \
+RUN /opt/venv/bin/python -m builders same-tensorrt \
         --builder-version "$(cat /opt/vision-serving/builder-tensorrt-version)"
 
 # One --model-repository per <root>/<pipeline>/pipeline.toml, then exec tritonserver.
@@ -89,7 +89,10 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=300s --retries=3 \
 # 40 s to drain in-flight requests on SIGTERM (k8s: preStop 10 s + 40 s <
 # terminationGracePeriodSeconds 60).
 # Append e.g. --http-restricted-api/--grpc-restricted-protocol as CMD/args.
-ENTRYPOINT ["tritonserver-pipelines", \
+# NVIDIA's entrypoint stays in front: its entrypoint.d parts check the driver and set up CUDA forward compatibility
+# (the image keeps its compat libcuda where that setup, not the container toolkit's hook, finds it), then it execs
+# the rest.
+ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh", "tritonserver-pipelines", \
     "--pipelines-root=/models", \
     "--model-control-mode=none", \
     "--strict-readiness=true", \

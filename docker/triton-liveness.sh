@@ -4,7 +4,7 @@
 # and every Python backend stub it started is still running; exit 1 with one line on
 # stderr otherwise.
 #
-#   triton-liveness [--pid PID] [--http-port PORT] [--state FILE]
+#   triton-liveness [--pid PID] [--http-port PORT] [--state FILE] [--stuck-after SECONDS] [--steps-dir DIR]
 #
 # Why: Triton 2.51 does not restart a dead Python backend stub (server#8604) and
 # /v2/health/live and /v2/health/ready stay green; the dead instance's requests fail with
@@ -20,6 +20,14 @@
 #     so the first count is the full one. With --model-control-mode=none (the
 #     Deployment) the stub count never legitimately goes down; with explicit model
 #     control an unload would, so do not use this script there.
+#   - a stub of tritonserver has been executing one batch for longer than --stuck-after SECONDS
+#     (default $TRITON_STUCK_AFTER_S, else 60; 0 = skip): alive but not answering (a decoder stuck
+#     in C, a deadlock), which Triton's health endpoints do not see. Each Python step instance keeps
+#     the epoch milliseconds at which its running execute began in --steps-dir (default
+#     $TRITON_STEP_HEARTBEAT_DIR, else /tmp/triton-steps)/<instance>.<pid>, zeros while idle
+#     (vision_serving/step_heartbeat.py); files of other processes than this server's stubs are
+#     skipped. 60 s: the longest execute measured is a few seconds (a preprocess batch of the
+#     largest accepted uploads), and the liveness probe's 3 failures add up to 15 s.
 #   - --http-port PORT (default $TRITON_HTTP_PORT, else 8000; 0 = skip): GET
 #     /v2/health/live on 127.0.0.1 must answer 200 within 3 s (the HTTP check the probe
 #     replaces), through bash's /dev/tcp.
@@ -31,6 +39,8 @@ me="triton-liveness"
 pid=""
 http_port="${TRITON_HTTP_PORT:-8000}"
 state="${TRITON_LIVENESS_STATE:-/tmp/triton-liveness.state}"
+stuck_after="${TRITON_STUCK_AFTER_S:-60}"
+steps_dir="${TRITON_STEP_HEARTBEAT_DIR:-/tmp/triton-steps}"
 while (($#)); do
     case "$1" in
         --pid) pid="${2:-}"; shift 2 ;;
@@ -39,7 +49,11 @@ while (($#)); do
         --http-port=*) http_port="${1#--http-port=}"; shift ;;
         --state) state="${2:-}"; shift 2 ;;
         --state=*) state="${1#--state=}"; shift ;;
-        *) echo "$me: error: unknown argument '$1' (usage: $me [--pid PID] [--http-port PORT] [--state FILE])" >&2; exit 2 ;;
+        --stuck-after) stuck_after="${2:-}"; shift 2 ;;
+        --stuck-after=*) stuck_after="${1#--stuck-after=}"; shift ;;
+        --steps-dir) steps_dir="${2:-}"; shift 2 ;;
+        --steps-dir=*) steps_dir="${1#--steps-dir=}"; shift ;;
+        *) echo "$me: error: unknown argument '$1' (usage: $me [--pid PID] [--http-port PORT] [--state FILE] [--stuck-after SECONDS] [--steps-dir DIR])" >&2; exit 2 ;;
     esac
 done
 
@@ -92,6 +106,24 @@ if { read -r state_pid state_start recorded < "$state"; } 2> /dev/null \
     ((stubs >= recorded)) || fail "$stubs Python backend stub(s) running, $recorded at the first check: a stub died"
 else
     { echo "$pid $server_start $stubs" > "$state"; } 2> /dev/null || fail "cannot write $state"
+fi
+
+if [[ "$stuck_after" != "0" && -d "$steps_dir" ]]; then
+    [[ "$stuck_after" =~ ^[0-9]+$ ]] || { echo "$me: error: --stuck-after takes whole seconds, got '$stuck_after'" >&2; exit 2; }
+    now_ms="${EPOCHREALTIME/[.,]/}"
+    now_ms="${now_ms:0:${#now_ms}-3}"
+    for file in "$steps_dir"/*.*; do
+        step_pid="${file##*.}"
+        [[ "$step_pid" =~ ^[0-9]+$ ]] && read_stat "$step_pid" && [[ "${stat_rest[1]}" == "$pid" ]] || continue
+        since=""
+        { read -r since < "$file"; } 2> /dev/null
+        [[ "$since" =~ ^[0-9]+$ ]] || continue
+        since=$((10#$since))
+        if ((since > 0 && now_ms - since > stuck_after * 1000)); then
+            step="${file##*/}"
+            fail "Python backend stub ${step%.*} (pid $step_pid) has been executing one batch for $(((now_ms - since) / 1000)) s (over $stuck_after s): stuck, its requests are not answered"
+        fi
+    done
 fi
 
 if [[ "$http_port" != "0" ]]; then

@@ -61,6 +61,14 @@ for name in "${names[@]}"; do
     repositories+=("--model-repository=${sized%/}/$name")
 done
 
+# The node's driver against this image's CUDA (vision_serving/cuda_driver.py), after NVIDIA's entrypoint (in front of
+# this script: its driver check and forward-compatibility set-up). One line either way; exit 1
+# where the image's CUDA cannot run. VISION_SERVING_REQUIRE_GPU=1 (the Kubernetes Deployment) makes a missing driver or
+# GPU an error too; without it the CPU configs still serve.
+require=()
+[[ "${VISION_SERVING_REQUIRE_GPU:-0}" == 1 ]] && require=(--require)
+python3 -m vision_serving.cuda_driver --prefix "$me" ${require[@]+"${require[@]}"} || exit 1
+
 # The allocator: jemalloc for tritonserver and the Python stubs it starts. Under uploads of every size glibc's
 # malloc keeps what it freed, and the server's memory kept rising after warm-up; with jemalloc it stays flat
 # (docs/design.md, "Memory stays flat"). NVIDIA's image ships it (Triton's docs); VISION_SERVING_MALLOC=glibc

@@ -3,6 +3,11 @@
 #   prometheus   (2.42: `prometheus` and `promtool`; devtools/prometheus.py, the alert-rule tests)
 #   nginx-light  (nginx with grpc_pass; devtools/proxy.py)
 #   libjemalloc2 (the allocator the local server preloads, as the server image does; devtools/triton_server.py)
+#   chromium, chromium-driver (headless Chromium and its WebDriver: the gateway page's and the stream preview's
+#                browser tests, which run them from Debian's /usr/bin)
+#   gir1.2-gst-rtsp-server-1.0, python3-gi, gstreamer1.0-plugins-good and -bad (the stream tests' RTSP server,
+#     GStreamer's gst-rtsp-server under Debian's Python: tests/support/rtsp_server.py); files, looked for by path
+#     under $SYSTEM_ROOT (default /)
 # As root: apt-get update + apt-get install --no-install-recommends, without starting the
 # packages' services (a temporary /usr/sbin/policy-rc.d answers 101 "action forbidden" to
 # their postinst's invoke-rc.d / deb-systemd-invoke; on a systemd host the units are also
@@ -12,12 +17,20 @@
 # scripts/test runs it after the bootstrap; on its own: ./scripts/system-packages.sh
 set -euo pipefail
 
+# nginx is in /usr/sbin, which is not on a non-root user's PATH on Debian; the browser test runs chromium and
+# chromedriver from Debian's folder (BROWSER_DIR: another one, for its tests only), whatever PATH says.
+found() {
+  case "$1" in
+    chromium | chromedriver) [ -x "${BROWSER_DIR:-/usr/bin}/$1" ] ;;
+    *) command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] ;;
+  esac
+}
+
 main() {
-  local tool package missing_tools=() packages=()
-  local -A package_of=([prometheus]=prometheus [promtool]=prometheus [nginx]=nginx-light)
-  for tool in prometheus promtool nginx; do
-    # nginx is in /usr/sbin, which is not on a non-root user's PATH on Debian.
-    if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$tool" ]; then
+  local tool package missing_tools=() packages=() file_globs=()
+  local -A package_of=([prometheus]=prometheus [promtool]=prometheus [nginx]=nginx-light [chromium]=chromium [chromedriver]=chromium-driver)
+  for tool in prometheus promtool nginx chromium chromedriver; do
+    if ! found "$tool"; then
       missing_tools+=("$tool")
       package="${package_of[$tool]}"
       [[ " ${packages[*]} " == *" $package "* ]] || packages+=("$package")
@@ -29,6 +42,20 @@ main() {
     missing+=(libjemalloc.so.2)
     packages+=(libjemalloc2)
   fi
+  # The stream tests' files: path glob -> package.
+  local root="${SYSTEM_ROOT:-}" pair glob
+  for pair in \
+    "usr/lib/*-linux-gnu/girepository-1.0/GstRtspServer-1.0.typelib=gir1.2-gst-rtsp-server-1.0" \
+    "usr/lib/python3/dist-packages/gi/__init__.py=python3-gi" \
+    "usr/lib/*-linux-gnu/gstreamer-1.0/libgstisomp4.so=gstreamer1.0-plugins-good" \
+    "usr/lib/*-linux-gnu/gstreamer-1.0/libgstvideoparsersbad.so=gstreamer1.0-plugins-bad"; do
+    glob="$root/${pair%=*}" package="${pair##*=}"
+    if ! compgen -G "$glob" >/dev/null; then
+      missing+=("${glob##*/}")
+      packages+=("$package")
+      file_globs+=("$glob")
+    fi
+  done
   [ "${#packages[@]}" -eq 0 ] && return 0
 
   local what="missing ${missing[*]}: install the Debian package(s) ${packages[*]} (as root: apt-get install -y --no-install-recommends ${packages[*]})"
@@ -62,7 +89,7 @@ main() {
     done
   fi
   for tool in "${missing_tools[@]}"; do
-    if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$tool" ]; then
+    if ! found "$tool"; then
       echo "system-packages: error: $tool still missing after installing ${packages[*]}" >&2
       return 2
     fi
@@ -71,6 +98,12 @@ main() {
     echo "system-packages: error: libjemalloc.so.2 still missing after installing ${packages[*]}" >&2
     return 2
   fi
+  for glob in "${file_globs[@]}"; do
+    if ! compgen -G "$glob" >/dev/null; then
+      echo "system-packages: error: ${glob##*/} still missing after installing ${packages[*]}" >&2
+      return 2
+    fi
+  done
 }
 
 POLICY="${POLICY_RC_D:-/usr/sbin/policy-rc.d}"  # POLICY_RC_D: another path, for its tests only

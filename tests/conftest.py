@@ -3,12 +3,14 @@
 Each test gets the marker of its folder (``tests/unit`` -> ``unit``, ``tests/onnx`` -> ``onnx``,
 ``tests/deploy`` -> ``deploy``, ``tests/integration`` -> ``integration``, ``tests/gpu`` -> ``gpu``),
 so ``-m`` and a folder select the same tests. At the end of a run the summary counts the
-tritonserver processes the run started and which test file started each.
+tritonserver processes the run started and which test file started each, and the least free disk and
+memory the run saw (tests/support/resources.py).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from builders import photos
-from tests.support import background, references, yolo
+from tests.support import background, references, resources, yolo
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -25,7 +27,7 @@ TESTS = Path(__file__).resolve().parent
 # build environments install in the background), the ones that start servers last.
 TIERS = ("unit", "deploy", "onnx", "integration", "gpu")
 # The deployment fixtures (rendered manifests, the Deployment's container), for tests/deploy and tests/integration.
-pytest_plugins = ("tests.support.deployment",)
+pytest_plugins = ("tests.support.deployment", "tests.support.gateway")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -105,11 +107,13 @@ def _is_tritonserver(pid: int) -> bool:
 
 
 SERVER_STARTS = ServerStarts()
+RESOURCES = resources.ResourceWatch(REPOSITORY_ROOT)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if os.path.isdir("/proc"):
         SERVER_STARTS.start()
+    RESOURCES.start()
 
 
 def _deploy_check_tools(log: object) -> Path:
@@ -119,11 +123,12 @@ def _deploy_check_tools(log: object) -> Path:
 
 
 # What a test needs installed, by a fixture it uses (directly or through others): the exports' tf2onnx
-# environment for the built repository, the deployment checks' tools, the HEIC/AVIF encoders.
+# environment for the built repository, the deployment checks' tools, the HEIC/AVIF encoders, the tracker reference.
 INSTALLS_BY_FIXTURE = {
     "built_repository": ("tflite-convert", background.build_env("tflite-convert")),
     "tools": ("deploy-check", _deploy_check_tools),
     "heif_files": ("heif-encode", background.build_env("heif-encode")),
+    "trackers_python": ("trackers", background.build_env("trackers")),
 }
 
 
@@ -167,11 +172,15 @@ def _yolo_trainers(items: list[pytest.Item]) -> list:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     background.BUILD.stop()
+    RESOURCES.stop()
+    if exitstatus == pytest.ExitCode.INTERNAL_ERROR:  # pytest prints no terminal summary then
+        for line in RESOURCES.lines():
+            print(f"test: {line}", file=sys.stderr)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    SERVER_STARTS.current = item.nodeid.split("::", 1)[0]
+    SERVER_STARTS.current = RESOURCES.current = item.nodeid.split("::", 1)[0]
     return (yield)
 
 
@@ -180,6 +189,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     starts = sum(SERVER_STARTS.by_file.values())
     files = ", ".join(f"{name} {count}" for name, count in sorted(SERVER_STARTS.by_file.items()))
     terminalreporter.write_line(f"tritonserver starts: {starts}" + (f" ({files})" if files else ""))
+    for line in RESOURCES.lines():
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

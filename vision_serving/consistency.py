@@ -16,10 +16,9 @@ built ONNX files match the config that serves them; a TensorRT config whose inpu
 every profile its input's code gives it in each instance group, reserves each profile's memory alone when they
 share an instance, and warms each up (``vision_serving.engine_profiles``); preprocessing parameters,
 each postprocess model's task parameters (its tensors by role, a detector's head
-options and its input size, label files) agree with the tensors they describe; each
-core's ``configs/*.pbtxt`` and every tensor the ensemble maps to or from the core are
-what ``python -m builders configs`` generates from the core's ``config.pbtxt``
-(``vision_serving.config_variants``: a hand edit that skipped the command is named).
+options and its input size, label files) agree with the tensors they describe. (That every config is what its
+pipeline's spec generates is ``python -m builders configs --check``'s: the spec is not
+served.)
 Exit code 1 lists every problem found.
 """
 
@@ -29,7 +28,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import config_variants, drift, engine_profiles, layout, model_config, preprocessing, preprocessors, queue_policy
+from . import drift, engine_profiles, layout, model_config, preprocessing, preprocessors, queue_policy
 from .model_config import ConfigError, ModelConfig
 from .tasks import registry
 
@@ -198,8 +197,9 @@ def check_model_parameters(config: ModelConfig, model_dir: Path, preprocess: pre
     try:
         if config.backend == "python" and ("onnx_file" in config.parameters or "precision" in config.parameters):
             check_python_core(config)
-        if config.name.endswith("_preprocess") and preprocessors.custom(config) is not None:
+        if config.name.endswith("_preprocess"):
             problems += preprocessors.check(config)
+        if config.name.endswith("_preprocess") and preprocessors.custom(config) is not None:
             preprocessing.limits_from_config(config)
             drift.DriftSettings.from_config(config, drift.IMAGE_FEATURES)
         elif config.name.endswith("_preprocess"):
@@ -322,7 +322,6 @@ def check_pipeline(repository: Path) -> list[str]:
                 problems += check_onnx(config, version_dirs)
     problems += queue_policy.check_pipeline(models, repository)
     problems += engine_profiles.check_pipeline(pipeline, models)
-    problems += config_variants.check(pipeline, models)
     # Every variant combination an ensemble can meet: each config name, falling back to config.pbtxt.
     variant_names = sorted({v for variants in models.values() for v in variants})
     for variants in models.values():

@@ -11,8 +11,8 @@ import).
 Adding a runtime: its module and one line in :data:`RUNTIMES`, then ``python -m builders configs --all`` writes
 its configs (:attr:`CpuRuntime.configs`) into every core's ``configs/`` folder. Each :class:`ConfigVariant` is
 what that ``configs/<name>.pbtxt`` sets on top of the core's ``config.pbtxt`` (its tensors, batch, queue policy
-and warm-up): :mod:`vision_serving.config_variants` generates the files from the two, and from a core's own
-``configs/variants.toml`` where a pipeline measured or chose otherwise.
+and warm-up): ``builders.configs.variants`` generates the files from the two, and from the ``cpu`` table of a
+core's spec where a pipeline measured or chose otherwise.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class ConfigVariant:
     """A ``configs/<name>.pbtxt`` of every core: what it is (``about``, then ``notes``: its header comment), its
     backend, parameters, instance count (``KIND_CPU``), dynamic batcher delay, model file (a C++ backend's) and
     whether it runs ``config.pbtxt``'s warm-up samples. Everything else comes from the core's ``config.pbtxt``
-    (:mod:`vision_serving.config_variants`)."""
+    (``builders.configs.variants``)."""
 
     name: str
     about: str

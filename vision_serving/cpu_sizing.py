@@ -49,6 +49,11 @@ THREADS_PARAMETER = "decode_threads"
 # The parameters this module reads or writes: a step's own parameter checks leave them to it.
 PARAMETERS = (SHARE_PARAMETER, MAX_INSTANCES_PARAMETER, THREADS_PARAMETER)
 DEFAULT_MAX_INSTANCES = 8
+# What a sized step's config states where its pipeline's spec does not say: its share of the pod's CPUs and the
+# most processes it may have; a step that decodes in a pool (the preprocess) also states its threads, 1 until the
+# sizing writes them.
+STEP_DEFAULTS = {SHARE_PARAMETER: "1.0", MAX_INSTANCES_PARAMETER: str(DEFAULT_MAX_INSTANCES)}
+THREADED_STEP_DEFAULTS = {**STEP_DEFAULTS, THREADS_PARAMETER: "1"}
 VIEW_MARKER = ".sized-view"  # in a view's root: only such a folder is ever replaced
 
 

@@ -184,22 +184,30 @@ class DriftSettings:
         if not self.reference or "/" in self.reference:
             raise DriftError(f"drift_reference must be a file name, got {self.reference!r}")
 
+    def parameters(self) -> dict[str, str]:
+        """These settings as a config's parameters (:data:`PARAMETERS`): what a generated config states."""
+        return {
+            "drift_enabled": "true" if self.enabled else "false",
+            "drift_window": str(self.window),
+            "drift_min_samples": str(self.min_samples),
+            "drift_update_every": str(self.update_every),
+            "drift_reference": self.reference,
+        }
+
     @classmethod
     def from_config(cls, config: model_config.ModelConfig, known: Sequence[str] | None = None) -> DriftSettings:
         """The config's drift parameters; ``known``: the features the model computes (drift_features must be among them)."""
-        missing = [key for key in PARAMETERS if key not in config.parameters]
-        if missing:
-            raise model_config.ConfigError(f"model '{config.name}': missing drift parameters {missing}")
-        enabled = model_config.parameter(config, "drift_enabled").strip().lower()
+        defaults = cls().parameters()
+        enabled = model_config.parameter(config, "drift_enabled", defaults["drift_enabled"]).strip().lower()
         if enabled not in ("true", "false"):
             raise model_config.ConfigError(f"model '{config.name}': drift_enabled must be true or false, got {enabled!r}")
         try:
             return cls(
                 enabled=enabled == "true",
-                window=model_config.int_parameter(config, "drift_window"),
-                min_samples=model_config.int_parameter(config, "drift_min_samples"),
-                update_every=model_config.int_parameter(config, "drift_update_every"),
-                reference=model_config.parameter(config, "drift_reference"),
+                window=model_config.int_parameter(config, "drift_window", cls.window),
+                min_samples=model_config.int_parameter(config, "drift_min_samples", cls.min_samples),
+                update_every=model_config.int_parameter(config, "drift_update_every", cls.update_every),
+                reference=model_config.parameter(config, "drift_reference", cls.reference),
                 features=parse_features(model_config.parameter(config, "drift_features", ""), known),
             )
         except DriftError as error:

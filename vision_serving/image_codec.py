@@ -2,10 +2,13 @@
 HEIC and AVIF: libheif and libavif, :mod:`vision_serving.heif`).
 
 Checks run cheapest first and never decode a payload that fails one:
-empty payload -> size limit -> format by magic bytes -> declared pixel count
-and side length from the header (decompression bombs) -> JPEG scan count
-(progressive-scan CPU bombs) -> truncation -> decode -> decoded size equals
-the declared one (or, decoding reduced, a libjpeg scale of it).
+empty payload -> size limit -> format by magic bytes -> the structure: PNG chunks, JPEG
+segments and scan count (progressive-scan CPU bombs), WebP chunks
+(:mod:`vision_serving.image_structure`), HEIF boxes (:mod:`vision_serving.heif`): every
+length inside the payload (truncation), counts capped, parts in a decoder's order ->
+declared pixel count and side length (decompression bombs) -> enough coded data for the
+declared pixels -> decode -> decoded size equals the declared one (or, decoding reduced,
+a libjpeg scale of it).
 Every failure is an ``ImageError`` whose message names the problem; callers
 map it to Triton's ``INVALID_ARG``. Nothing else escapes ``decode``/``decode_rgb``: an
 unexpected exception inside a Triton ``execute()`` would fail every request of
@@ -31,13 +34,12 @@ the byte ranges are checked before decoding, and their ``irot``/``imir`` orienta
 is applied once. They always decode at full size.
 
 **Trailing data.** A JPEG ends at its first end-of-image marker found by walking its
-segments; data after it (phones append a motion photo's video) is ignored. A WebP ends
-where its RIFF header says. Really truncated files are still refused.
+segments; data after it (phones append a motion photo's video) is ignored. A PNG ends
+after its IEND chunk, a WebP where its RIFF header says. Truncated files are refused.
 """
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 
@@ -45,7 +47,7 @@ import cv2
 import numpy as np
 import simplejpeg
 
-from . import heif
+from . import heif, image_structure
 
 # Format name -> magic bytes at offset 0.
 MAGIC_BYTES: dict[str, bytes] = {
@@ -69,21 +71,6 @@ KNOWN_UNACCEPTED: dict[str, tuple[tuple[int, bytes], ...]] = {
     "ICO": ((0, b"\x00\x00\x01\x00"),),
 }
 
-# JPEG start-of-frame markers carry the image size (SOF0..SOF15 except DHT, JPG, DAC).
-_JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-# JPEG markers without a length field.
-_JPEG_STANDALONE_MARKERS = frozenset(range(0xD0, 0xDA)) | {0x01}
-_JPEG_SOS = 0xDA
-_JPEG_EOI_MARKER = 0xD9
-_JPEG_EOI = b"\xff\xd9"
-# The end of entropy-coded data: 0xFF followed by anything but a stuffed zero,
-# a restart marker (RST0-7) or a fill byte.
-_JPEG_MARKER_AFTER_SCAN = re.compile(b"\xff[^\x00\xd0-\xd7\xff]")
-# A marker: 0xFF, any number of 0xFF fill bytes, then the marker code.
-_JPEG_MARKER = re.compile(b"\xff+([\x00-\xfe])")
-# Real JPEGs have a few dozen segments (a large ICC profile is split in 64 KB
-# APP2 chunks); walking millions of tiny ones in Python would cost seconds.
-_JPEG_MAX_SEGMENTS = 1000
 # Progressive JPEGs from libjpeg/mozjpeg/Photoshop have 3-12 scans. Each scan
 # costs libjpeg a pass over all the image's coefficients, so a small file with
 # thousands of scans (libjpeg-turbo's LJT-01-003: EOB runs make a scan a few
@@ -96,9 +83,12 @@ DEFAULT_MAX_JPEG_SCANS = 64
 # tests/integration/test_fuzz.py) raised cv2.error inside execute() and failed its whole
 # dynamic batch with INTERNAL. Reject such sides here, clearly.
 DEFAULT_MAX_SIDE = 32766
-_PNG_IEND = b"IEND"
-# How far from the end an end-of-image marker may sit (some encoders pad).
-_TRAILER_WINDOW = 4096
+# A JPEG whose scans hold fewer bits than this per 8x8 block is probed at libjpeg's 1/8 scale before it is
+# decoded larger. Photos hold 40 to 4000 bits per block (measured on every photo and encoder of the tests); a
+# file edited to declare more pixels than its data codes holds few, and libjpeg decodes every declared block
+# before strict decoding refuses it: the 1/8-scale probe refuses it at a fifteenth of the full decode's CPU
+# (docs/design.md, "Structural checks").
+JPEG_PROBE_BITS_PER_BLOCK = 16
 
 
 class ImageError(ValueError):
@@ -112,13 +102,14 @@ class ImageLimits:
     accepted_formats: tuple[str, ...] = ("jpeg", "png")
     max_jpeg_scans: int = DEFAULT_MAX_JPEG_SCANS
     max_side: int = DEFAULT_MAX_SIDE
+    max_png_chunks: int = image_structure.DEFAULT_MAX_PNG_CHUNKS
 
     def __post_init__(self) -> None:
         unknown = set(self.accepted_formats) - set(FORMATS)
         if unknown:
             raise ValueError(f"unsupported accepted_formats {sorted(unknown)}; known: {sorted(FORMATS)}")
-        if min(self.max_bytes, self.max_pixels, self.max_jpeg_scans, self.max_side) <= 0:
-            raise ValueError("max_bytes, max_pixels, max_jpeg_scans and max_side must be positive")
+        if min(self.max_bytes, self.max_pixels, self.max_jpeg_scans, self.max_side, self.max_png_chunks) <= 0:
+            raise ValueError("max_bytes, max_pixels, max_jpeg_scans, max_side and max_png_chunks must be positive")
 
 
 def sniff_format(data: bytes) -> str | None:
@@ -139,17 +130,20 @@ def unaccepted_format(data: bytes) -> str | None:
 
 
 def declared_size(data: bytes, image_format: str) -> tuple[int, int]:
-    """(width, height) as declared by the header, without decoding pixels."""
-    if image_format == "png":
-        # Signature (8) + IHDR length (4) + b"IHDR" (4) + width (4) + height (4).
-        if len(data) < 24 or data[12:16] != b"IHDR":
-            raise ImageError("corrupt PNG: missing IHDR header")
-        width, height = struct.unpack(">II", data[16:24])
-        return width, height
-    if image_format == "jpeg":
-        return _jpeg_declared_size(data)
-    if image_format == "webp":
-        return _webp_declared_size(data)
+    """(width, height) as declared by the header, without decoding pixels or walking the whole structure."""
+    try:
+        if image_format == "png":
+            # Signature (8) + IHDR length (4) + b"IHDR" (4) + width (4) + height (4).
+            if len(data) < 24 or data[12:16] != b"IHDR":
+                raise ImageError("corrupt PNG: missing IHDR header")
+            width, height = struct.unpack(">II", data[16:24])
+            return width, height
+        if image_format == "jpeg":
+            return image_structure.jpeg_frame_size(data)
+        if image_format == "webp":
+            return _webp_declared_size(data)
+    except image_structure.StructureError as error:
+        raise ImageError(str(error)) from None
     if image_format in heif.FORMATS:
         header = _heif_header(data, image_format)
         return header.width, header.height
@@ -161,16 +155,8 @@ def _webp_declared_size(data: bytes) -> tuple[int, int]:
     if len(data) < 30:
         raise ImageError("truncated WebP: header ends before the frame size")
     chunk = data[12:16]
-    if chunk == b"VP8 ":
-        if data[23:26] != b"\x9d\x01\x2a":
-            raise ImageError("corrupt WebP: bad VP8 frame start code")
-        width, height = struct.unpack("<HH", data[26:30])
-        return width & 0x3FFF, height & 0x3FFF
-    if chunk == b"VP8L":
-        if data[20] != 0x2F:
-            raise ImageError("corrupt WebP: bad VP8L signature")
-        bits = int.from_bytes(data[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk in (b"VP8 ", b"VP8L"):
+        return image_structure.webp_frame_size(data, 12, chunk, int.from_bytes(data[16:20], "little"))
     if chunk == b"VP8X":
         if data[20] & 0x02:
             raise ImageError("animated WebP is not accepted")
@@ -178,108 +164,31 @@ def _webp_declared_size(data: bytes) -> tuple[int, int]:
     raise ImageError(f"corrupt WebP: unknown first chunk {chunk!r}")
 
 
-def _webp_end(data: bytes) -> int | None:
-    """The end of the RIFF container (8 + its declared size), None if the payload is shorter."""
-    (size,) = struct.unpack("<I", data[4:8])
-    return 8 + size if 8 + size <= len(data) else None
-
-
-def _next_marker(data: bytes, position: int) -> tuple[int, int] | None:
-    """(offset of the marker's 0xFF, marker code) at ``position``, past any fill bytes (one C-speed match).
-
-    None if there is no 0xFF at ``position`` or only fill bytes follow it.
-    """
-    match = _JPEG_MARKER.match(data, position)
-    if match is None:
-        return None
-    return match.start(1) - 1, match.group(1)[0]
-
-
-def _jpeg_declared_size(data: bytes) -> tuple[int, int]:
-    position = 2  # after SOI
-    end = len(data)
-    segments = 0
-    while position + 4 <= end:
-        found = _next_marker(data, position)
-        if found is None:
-            if data[position] != 0xFF:
-                raise ImageError(f"corrupt JPEG: expected a marker at byte {position}")
-            break  # fill bytes up to the end
-        position, marker = found
-        segments += 1
-        if segments > _JPEG_MAX_SEGMENTS:
-            raise ImageError(f"corrupt JPEG: more than {_JPEG_MAX_SEGMENTS} segments before the frame header")
-        if marker in _JPEG_STANDALONE_MARKERS:
-            position += 2
-            continue
-        if position + 4 > end:
-            break
-        (segment_length,) = struct.unpack(">H", data[position + 2 : position + 4])
-        if segment_length < 2:
-            raise ImageError(f"corrupt JPEG: bad segment length at byte {position}")
-        if marker in _JPEG_SOF_MARKERS:
-            if position + 9 > end:
-                break
-            height, width = struct.unpack(">HH", data[position + 5 : position + 9])
-            return width, height
-        if marker == _JPEG_SOS:  # start of scan before any frame header
-            raise ImageError("corrupt JPEG: no frame header before image data")
-        position += 2 + segment_length
-    raise ImageError("truncated JPEG: header ends before the frame size")
-
-
-def _jpeg_walk(data: bytes, limit: int | None = None) -> tuple[int, int | None]:
-    """Number of scans (SOS segments) of a JPEG, walking its marker structure.
-
-    Entropy-coded data is skipped with a byte search, so markers inside APP
-    segments (an EXIF thumbnail's own scans) are not counted. Stops at the
-    first EOI, at data it cannot walk (the decoder judges that), after
-    ``_JPEG_MAX_SEGMENTS`` segments or, when ``limit`` is given, as soon as the
-    count exceeds it. Its cost is linear in the payload and mostly C.
-    Returns (scans, offset just past the first EOI or None if the walk did not reach one).
-    """
-    position, end, scans, segments = 2, len(data), 0, 0
-    while position + 4 <= end and segments < _JPEG_MAX_SEGMENTS:
-        found = _next_marker(data, position)
-        if found is None:
-            break
-        position, marker = found
-        segments += 1
-        if marker == _JPEG_EOI_MARKER:
-            return scans, position + 2
-        if marker in _JPEG_STANDALONE_MARKERS:
-            position += 2
-            continue
-        if position + 4 > end:
-            break
-        (segment_length,) = struct.unpack(">H", data[position + 2 : position + 4])
-        if segment_length < 2:
-            break
-        position += 2 + segment_length
-        if marker == _JPEG_SOS:
-            scans += 1
-            if limit is not None and scans > limit:
-                break
-            after_scan = _JPEG_MARKER_AFTER_SCAN.search(data, position)
-            if after_scan is None:
-                break
-            position = after_scan.start()
-    return scans, None
+def walk_structure(data: bytes, image_format: str, limits: ImageLimits) -> image_structure.Layout:
+    """The PNG chunks, JPEG segments or WebP chunks, checked (:mod:`vision_serving.image_structure`)."""
+    try:
+        if image_format == "png":
+            return image_structure.walk_png(data, limits.max_bytes, limits.max_png_chunks)
+        if image_format == "jpeg":
+            return image_structure.walk_jpeg(data, limits.max_jpeg_scans)
+        return image_structure.walk_webp(data, limits.max_bytes)
+    except image_structure.StructureError as error:
+        raise ImageError(str(error)) from None
 
 
 def jpeg_orientation(data: bytes) -> int:
     """The EXIF orientation (1-8) of a JPEG: tag 0x0112 in IFD0 of its first Exif APP1 segment; 1 if absent or invalid."""
     position, end, segments = 2, len(data), 0
-    while position + 4 <= end and segments < _JPEG_MAX_SEGMENTS:
-        found = _next_marker(data, position)
+    while position + 4 <= end and segments < image_structure.JPEG_MAX_SEGMENTS:
+        found = image_structure.next_marker(data, position)
         if found is None:
             return 1
         position, marker = found
         segments += 1
-        if marker in _JPEG_STANDALONE_MARKERS:
+        if marker in image_structure.JPEG_STANDALONE_MARKERS:
             position += 2
             continue
-        if marker in (_JPEG_SOS, _JPEG_EOI_MARKER) or position + 4 > end:
+        if marker in (image_structure.JPEG_SOS, image_structure.JPEG_EOI) or position + 4 > end:
             return 1
         (segment_length,) = struct.unpack(">H", data[position + 2 : position + 4])
         if segment_length < 2:
@@ -329,6 +238,7 @@ class Checked:
     height: int
     end: int  # the image's bytes are data[:end]; anything after it is ignored
     heif: heif.Header | None = None  # HEIC and AVIF: the parsed container
+    thin: bool = False  # JPEG: under JPEG_PROBE_BITS_PER_BLOCK (probed at 1/8 scale before a larger decode)
 
 
 @dataclass(frozen=True)
@@ -371,37 +281,33 @@ def check(data: bytes, limits: ImageLimits) -> Checked:
         else:
             what = "unrecognized image format"
         raise ImageError(f"{what} (first bytes {data[:8].hex()}); accepted formats: {accepted}")
-    header = _heif_header(data, image_format) if image_format in heif.FORMATS else None
-    width, height = (header.width, header.height) if header else declared_size(data, image_format)
-    if width == 0 or height == 0:
-        raise ImageError(f"corrupt {image_format.upper()}: declared size {width}x{height}")
-    if width * height > limits.max_pixels:
-        raise ImageError(
-            f"{image_format.upper()} declares {width}x{height} = {width * height} pixels, over the limit of {limits.max_pixels} pixels"
-        )
-    if max(width, height) > limits.max_side:
-        raise ImageError(f"{image_format.upper()} declares {width}x{height}: a side over the limit of {limits.max_side} pixels")
-    end: int | None = len(data)
-    if image_format == "jpeg":
-        scans, end = _jpeg_walk(data, limit=limits.max_jpeg_scans)
-        if scans > limits.max_jpeg_scans:
-            raise ImageError(
-                f"JPEG has more than {limits.max_jpeg_scans} scans (the limit); progressive images normally have at most a dozen"
-            )
-        if end is None and _JPEG_EOI in data[-_TRAILER_WINDOW:]:
-            end = len(data)  # a marker walk that stopped early: the (strict) decoder judges the data
-    elif image_format == "webp":
-        end = _webp_end(data)
-    elif header is not None:
+    if image_format in heif.FORMATS:
+        header = _heif_header(data, image_format)
+        check_size(image_format, header.width, header.height, limits)
         try:  # tiles, coded sizes, byte ranges (truncation)
             heif.check_images(data, header, limits.max_pixels, limits.max_side)
         except heif.HeifError as error:
             raise ImageError(str(error)) from None
-    elif _PNG_IEND not in data[-_TRAILER_WINDOW:]:
-        end = None
-    if end is None:
-        raise ImageError(f"truncated {image_format.upper()}: no end-of-image marker")
-    return Checked(image_format, width, height, end, header)
+        return Checked(image_format, header.width, header.height, len(data), header)
+    layout = walk_structure(data, image_format, limits)
+    check_size(image_format, layout.width, layout.height, limits)
+    try:  # enough coded data to fill the declared pixels, and not more than they can need
+        image_structure.check_coded_data(layout, image_format.upper())
+    except image_structure.StructureError as error:
+        raise ImageError(str(error)) from None
+    thin = layout.bits_per_block is not None and layout.bits_per_block < JPEG_PROBE_BITS_PER_BLOCK
+    return Checked(image_format, layout.width, layout.height, layout.end, thin=thin)
+
+
+def check_size(image_format: str, width: int, height: int, limits: ImageLimits) -> None:
+    """The declared size against the limits: not empty, at most ``max_pixels``, no side over ``max_side``."""
+    name = image_format.upper()
+    if width == 0 or height == 0:
+        raise ImageError(f"corrupt {name}: declared size {width}x{height}")
+    if width * height > limits.max_pixels:
+        raise ImageError(f"{name} declares {width}x{height} = {width * height} pixels, over the limit of {limits.max_pixels} pixels")
+    if max(width, height) > limits.max_side:
+        raise ImageError(f"{name} declares {width}x{height}: a side over the limit of {limits.max_side} pixels")
 
 
 def _heif_header(data: bytes, image_format: str) -> heif.Header:
@@ -470,7 +376,7 @@ def _decode_heif(data: bytes, header: heif.Header) -> Decoded:
     return Decoded(np.ascontiguousarray(image), got_height, got_width)
 
 
-def _stored_minimum(checked: Checked, minimum: MinimumSize, transposed: bool) -> tuple[int, int]:
+def stored_minimum(checked: Checked, minimum: MinimumSize, transposed: bool) -> tuple[int, int]:
     """(min_width, min_height) of the stored (not yet oriented) image, never above its size (no upscaling)."""
     min_width, min_height = (minimum.height, minimum.width) if transposed else (minimum.width, minimum.height)
     if checked.width <= checked.height:
@@ -495,18 +401,16 @@ def _decode_jpeg(data: bytes, checked: Checked, minimum: MinimumSize) -> Decoded
         raise ImageError("corrupt JPEG: the decoder rejected the header") from None
     if (width, height) != (checked.width, checked.height):
         raise ImageError(f"corrupt JPEG: the decoder reads {width}x{height}, the header declares {checked.width}x{checked.height}")
-    if colorspace in ("CMYK", "YCCK"):
-        return None
     orientation = jpeg_orientation(data)
     transposed = orientation in (5, 6, 7, 8)
-    min_width, min_height = _stored_minimum(checked, minimum, transposed)
-    try:
-        image = simplejpeg.decode_jpeg(
-            data, colorspace="RGB", fastdct=False, fastupsample=False, min_width=min_width, min_height=min_height, strict=True
-        )
-    except Exception as error:  # strict: libjpeg's warnings (corrupt or missing data) are errors
-        reason = str(error).split(":")[-1].strip()[:80] or type(error).__name__
-        raise ImageError(f"corrupt JPEG: the decoder rejected the data ({reason})") from None
+    min_width, min_height = stored_minimum(checked, minimum, transposed)
+    cmyk = colorspace in ("CMYK", "YCCK")  # OpenCV decodes those, at full size
+    larger_than_an_eighth = cmyk or (min_width <= 0 and min_height <= 0) or min_width > -(-width // 8) or min_height > -(-height // 8)
+    if checked.thin and larger_than_an_eighth:
+        _strict_jpeg(data, min_width=1, min_height=1)  # the 1/8-scale probe refuses an inflated header cheaply
+    if cmyk:
+        return None
+    image = _strict_jpeg(data, min_width=min_width, min_height=min_height)
     got_height, got_width = image.shape[:2]
     if (
         image.ndim != 3
@@ -517,3 +421,14 @@ def _decode_jpeg(data: bytes, checked: Checked, minimum: MinimumSize) -> Decoded
     image = apply_orientation(image, orientation)
     shown_height, shown_width = (width, height) if transposed else (height, width)
     return Decoded(np.ascontiguousarray(image), shown_height, shown_width)
+
+
+def _strict_jpeg(data: bytes, min_width: int, min_height: int) -> np.ndarray:
+    """libjpeg-turbo's RGB decode at the smallest DCT scale that keeps min_width x min_height; its warnings are errors."""
+    try:
+        return simplejpeg.decode_jpeg(
+            data, colorspace="RGB", fastdct=False, fastupsample=False, min_width=min_width, min_height=min_height, strict=True
+        )
+    except Exception as error:  # strict: libjpeg's warnings (corrupt or missing data) are errors
+        reason = str(error).split(":")[-1].strip()[:80] or type(error).__name__
+        raise ImageError(f"corrupt JPEG: the decoder rejected the data ({reason})") from None

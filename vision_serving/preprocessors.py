@@ -12,10 +12,15 @@ holds them as a **ragged** array (:func:`vision_serving.preprocessing.ragged`).
 
 from __future__ import annotations
 
-from . import preprocessing
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from . import cpu_sizing, drift, preprocessing
+from .gpu_pixels import settings as gpu_pixels
 from .model_config import ConfigError, ModelConfig, parameter
 from .tasks import registry
-from .tasks.base import EngineProfile, Preprocessor
+from .tasks.base import EngineProfile, Preprocessor, RequestPlan, Role
 
 IMAGE_TO_TENSOR = "image_to_tensor"
 # Every task's own preprocessors, by name.
@@ -31,19 +36,67 @@ def kind(config: ModelConfig) -> str:
     return name
 
 
+def pixels_output(name: str) -> str:
+    """The output through which the preprocessor ``name`` hands the core its input."""
+    return preprocessing.PIXELS_OUTPUT if name == IMAGE_TO_TENSOR else PREPROCESSORS[name].pixels
+
+
+def stated_defaults(name: str) -> dict[str, str]:
+    """The parameters of its own a config of the preprocessor ``name`` states where its spec does not say."""
+    return dict(preprocessing.IMAGE_TO_TENSOR_DEFAULTS) if name == IMAGE_TO_TENSOR else dict(PREPROCESSORS[name].defaults)
+
+
+def options(name: str) -> tuple[Role, ...]:
+    """The request's optional inputs the preprocessor ``name`` reads besides the upload."""
+    return () if name == IMAGE_TO_TENSOR else PREPROCESSORS[name].options
+
+
+def planner(config: ModelConfig) -> Callable[[Mapping[str, np.ndarray | None], int], RequestPlan] | None:
+    """How a request of the config's preprocessor is decoded and computed from its optional inputs; None for a
+    preprocessor that reads none (its photos decoded by the limits and computed by :func:`request_computation`)."""
+    name = kind(config)
+    found = None if name == IMAGE_TO_TENSOR else PREPROCESSORS[name].planner
+    return None if found is None else found(config)
+
+
 def custom(config: ModelConfig) -> preprocessing.Preprocess | None:
     """The preprocess computation the config names; None for the image-to-tensor resize."""
     name = kind(config)
     return None if name == IMAGE_TO_TENSOR else PREPROCESSORS[name].make(config)
 
 
+def request_computation(config: ModelConfig) -> preprocessing.Preprocess | None:
+    """One request's computation in the served preprocess, for a preprocessor of its own; None for the image-to-tensor
+    resize."""
+    name = kind(config)
+    if name == IMAGE_TO_TENSOR:
+        return None
+    preprocessor = PREPROCESSORS[name]
+    return (preprocessor.request or preprocessor.make)(config)
+
+
+def parameters(name: str) -> set[str]:
+    """Every parameter a preprocess config of the preprocessor ``name`` may have."""
+    own = preprocessing.SPEC_PARAMETERS if name == IMAGE_TO_TENSOR else PREPROCESSORS[name].parameters
+    common = (*preprocessing.LIMIT_DEFAULTS, *preprocessing.THREAD_DEFAULTS, *cpu_sizing.PARAMETERS, *drift.PARAMETERS, "drift_features")
+    gpu = gpu_pixels.PARAMETERS if name == IMAGE_TO_TENSOR else ()  # the GPU pixel path's (the image-to-tensor resize's only)
+    return {"preprocessor", *own, *common, *gpu}
+
+
 def check(config: ModelConfig) -> list[str]:
-    """Problems of a preprocess config whose preprocessor is one of this module's."""
+    """Problems of a preprocess config: a parameter no code reads (a misspelt one would fall back to its default),
+    and those its preprocessor finds."""
     try:
         name = kind(config)
     except ConfigError as error:
         return [str(error)]
-    return [] if name == IMAGE_TO_TENSOR else PREPROCESSORS[name].check(config)
+    problems = []
+    unknown = sorted(set(config.parameters) - parameters(name))
+    if unknown:
+        problems.append(
+            f"model '{config.name}': unknown parameter(s) {', '.join(unknown)} (its preprocessor {name} reads {', '.join(sorted(parameters(name)))})"
+        )
+    return problems + ([] if name == IMAGE_TO_TENSOR else PREPROCESSORS[name].check(config))
 
 
 def engine_profiles(config: ModelConfig) -> tuple[EngineProfile, ...]:

@@ -36,6 +36,18 @@ from .model_config import ModelConfig, model_config_pb2
 
 MIN_QUEUE_SIZE = 16
 REJECT = model_config_pb2.ModelQueuePolicy.TimeoutAction.Value("REJECT")
+# How long a request may wait in a composing model's queue before it is rejected, unless it asks for less.
+DEFAULT_TIMEOUT_MICROSECONDS = 10_000_000
+
+
+def bounded_queue(max_queue_size: int, timeout_microseconds: int = DEFAULT_TIMEOUT_MICROSECONDS) -> model_config_pb2.ModelQueuePolicy:
+    """The queue policy every composing model has (see the module docstring): bounded, rejecting, overridable."""
+    return model_config_pb2.ModelQueuePolicy(
+        timeout_action=REJECT,
+        default_timeout_microseconds=timeout_microseconds,
+        allow_timeout_override=True,
+        max_queue_size=max_queue_size,
+    )
 
 
 def instance_count(config: ModelConfig) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import core_model, cpu_core, drift, image_codec, model_config, preprocessing, preprocessors
+from . import core_model, cpu_core, drift, image_codec, model_config, preprocessing, preprocessors, tiling
 from .model_config import ConfigError, ModelConfig
 from .pipeline_configs import PipelineConfigs
 from .tasks.base import TaskResult
@@ -37,7 +37,8 @@ class Step:
 
 
 def ensemble_steps(configs: PipelineConfigs) -> dict[str, Step]:
-    """The ensemble's step of each role (preprocess, core, postprocess), by the layout's model names."""
+    """The ensemble's step of each role (preprocess, core, postprocess), by the layout's model names; a tiled pipeline's
+    has no core step (its postprocess reaches the core: :mod:`vision_serving.tiling`)."""
     roles = {configs.layout.model_name(role): role for role in ("preprocess", "core", "postprocess")}
     steps: dict[str, Step] = {}
     for step in configs.ensemble.ensemble_scheduling.step:
@@ -45,7 +46,7 @@ def ensemble_steps(configs: PipelineConfigs) -> dict[str, Step]:
         if role is None or role in steps:
             raise ConfigError(f"ensemble '{configs.ensemble.name}': step model '{step.model_name}' is not one of {sorted(roles)} once each")
         steps[role] = Step(dict(step.input_map), dict(step.output_map))
-    missing = sorted(set(roles.values()) - set(steps))
+    missing = sorted(set(roles.values()) - set(steps) - ({"core"} if tiling.is_tiled(configs.preprocess) else set()))
     if missing:
         raise ConfigError(f"ensemble '{configs.ensemble.name}': no step for the {', '.join(missing)} model")
     return steps
@@ -118,10 +119,15 @@ class ServedInputs:
         self.configs = configs
         self.limits = configs.limits
         self.steps = ensemble_steps(configs)
-        # A preprocessor of its own (vision_serving.preprocessors), or the image-to-tensor resize of the spec.
+        # A preprocessor of its own (vision_serving.preprocessors), or the image-to-tensor resize of the spec; one that
+        # reads request options (a tiled pipeline's views) plans each request's decode and computation from them.
         self.custom = preprocessors.custom(configs.preprocess)
-        self._spec = None if self.custom is not None else configs.spec
+        self.planner = preprocessors.planner(configs.preprocess)
+        self.tiled = tiling.is_tiled(configs.preprocess)
+        self._spec = None if self.custom is not None and not self.tiled else configs.spec
         self.minimum = None if self._spec is None else preprocessing.decode_minimum(self._spec)
+        if self.planner is not None:
+            self.minimum = self.planner({}, 1).minimums[0]  # a photo sent without options
         self.outputs = None if self.custom is not None else preprocessing.PreprocessOutputs.from_config(configs.preprocess)
 
     @property
@@ -139,19 +145,42 @@ class ServedInputs:
 
     def use_served_threads(self) -> None:
         """OpenCV's thread pool as the preprocess model sets it (process-wide)."""
-        preprocessing.set_threads(model_config.int_parameter(self.configs.preprocess, "opencv_threads", 0))
+        preprocessing.set_threads(preprocessing.configured_threads(self.configs.preprocess))
 
     def decode(self, data: bytes) -> image_codec.Decoded:
         """One upload through the served decoder (``ImageError`` for what the server refuses)."""
         return image_codec.decode(data, self.limits, self.minimum)
 
-    def preprocess(self, decoded: Sequence[image_codec.Decoded]) -> dict[str, np.ndarray]:
+    def options(self, request: Mapping[str, np.ndarray] | None, count: int) -> dict[str, np.ndarray | None]:
+        """The request's optional inputs the preprocess reads (ensemble input name -> array), by its preprocessor's roles."""
+        sent = {name: (request or {}).get(source) for name, source in self.steps["preprocess"].inputs.items()}
+        return {role.role: sent.get(role.name) for role in preprocessors.options(preprocessors.kind(self.configs.preprocess))}
+
+    def decode_request(self, payloads: Sequence[bytes], request: Mapping[str, np.ndarray] | None = None) -> list[image_codec.Decoded]:
+        """A request's uploads through the served decoder, each at the size its options need (``ImageError``)."""
+        if self.planner is None:
+            return [self.decode(data) for data in payloads]
+        plan = self.planner(self.options(request, len(payloads)), len(payloads))
+        return [image_codec.decode(data, self.limits, minimum) for data, minimum in zip(payloads, plan.minimums, strict=True)]
+
+    def preprocess(self, decoded: Sequence[image_codec.Decoded], request: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Decoded images -> the preprocess model's outputs, by its tensor names (ragged where a preprocessor
         of its own gives the photos different shapes: :func:`vision_serving.preprocessing.ragged`)."""
+        if self.planner is not None:
+            return self.planner(self.options(request, len(decoded)), len(decoded)).compute(decoded)
         if self.custom is not None:
             return self.custom(decoded)
         assert self.outputs is not None
         return preprocessing.preprocess_outputs(decoded, self.spec, self.outputs)
+
+    def offline_request(self, count: int) -> dict[str, np.ndarray] | None:
+        """The request the builders' offline steps (calibration, the precision gate, evaluation) send with ``count``
+        photos: for a tiled pipeline, each photo untiled (``TILING`` false: the whole photo at the model's input, as
+        the untiled pipeline calibrates and is gated, whatever its size; its tiles are crops at the same scale), else
+        none."""
+        if not self.tiled:
+            return None
+        return {tiling.REQUEST_INPUT: np.full((count, 1), b"false", dtype=object)}
 
     def preprocessed(
         self, decoded: Sequence[image_codec.Decoded], request: Mapping[str, np.ndarray] | None = None
@@ -160,12 +189,16 @@ class ServedInputs:
         inputs, ``request``: ensemble input name -> array)."""
         tensors = dict(request or {})
         step = self.steps["preprocess"]
-        for name, value in self.preprocess(decoded).items():
+        for name, value in self.preprocess(decoded, request).items():
             tensors[step.outputs[name]] = value
         return tensors
 
     def core_feeds(self, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The core's inputs (by its names) among ensemble tensors."""
+        """The core's inputs (by its names) among ensemble tensors (a tiled pipeline's: every photo's views)."""
+        if "core" not in self.steps:
+            outputs = self.steps["preprocess"].outputs
+            views = tiling.real_tiles(tensors[outputs[tiling.TILES]], tensors[outputs[tiling.TILE_BOXES]])
+            return {self.configs.core().input[0].name: views}
         return {name: tensors[source] for name, source in self.steps["core"].inputs.items()}
 
     def image_features(self, payloads: Sequence[bytes], decoded: Sequence[image_codec.Decoded]) -> drift.Features:
@@ -197,7 +230,9 @@ class ServedPipeline(ServedInputs):
             raise ConfigError(f"model '{configs.postprocess.name}' calls no {', '.join(unknown)} model")
         tensors = self.postprocessor.stage_tensors
         self.stage_cores = {
-            role: stage_core(configs, name, variant, overrides.get(role), tensors[role][1] if role in tensors else None)
+            role: StageCore(core_config, core, tensors[role][1])  # a tiled pipeline's core, which its postprocess calls
+            if name == core_config.name
+            else stage_core(configs, name, variant, overrides.get(role), tensors[role][1] if role in tensors else None)
             for role, name in self.postprocessor.stage_models.items()
         }
         if self.stage_cores:
@@ -233,7 +268,9 @@ class ServedPipeline(ServedInputs):
         return {name: np.concatenate([part[index] for part in parts]) for index, name in enumerate(self.core.output_names)}
 
     def with_core(self, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``tensors`` and the core step's outputs."""
+        """``tensors`` and the core step's outputs (a tiled pipeline's postprocess runs the core itself)."""
+        if "core" not in self.steps:
+            return dict(tensors)
         step = self.steps["core"]
         out = dict(tensors)
         for name, value in self.run_core(self.core_feeds(tensors)).items():
@@ -254,4 +291,4 @@ class ServedPipeline(ServedInputs):
 
     def run(self, payloads: Sequence[bytes], request: Mapping[str, np.ndarray] | None = None) -> TaskResult:
         """Uploads -> their answers, as one request of the ensemble (``ImageError`` if one is refused)."""
-        return self.run_decoded([self.decode(data) for data in payloads], request)
+        return self.run_decoded(self.decode_request(payloads, request), request)

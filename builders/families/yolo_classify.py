@@ -31,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from builders import BuildError, Log
+from builders import BuildError, Log, spec_writer
 from builders.artifacts import sha256_file
 from builders.families import yolo
+from builders.spec_writer import Entry, Table
+from vision_serving.queue_policy import MIN_QUEUE_SIZE
 from vision_serving.tasks import classification
 
 TASK = "classify"  # Ultralytics' metadata
@@ -55,7 +57,6 @@ class ClassifyModel:
     static_batch: bool  # the batch dim is fixed in the file (1, or export(batch=B)'s B)
     static_size: bool  # the input's height and width are fixed in the file (else dynamic=True: fixed by batch_dimension)
     ultralytics: bool  # the export carries Ultralytics' metadata
-    type_fixes: tuple[str, ...] = ()
 
     @property
     def classes(self) -> int:
@@ -185,14 +186,13 @@ def inspect(path: Path, labels: Path | None = None, imgsz: tuple[int, int] | Non
         static_batch=isinstance(in_shape[0], int) and in_shape[0] > 0,  # export(batch=B): made dynamic like a batch of 1
         static_size=all(isinstance(d, int) and d > 0 for d in in_shape[2:]),
         ultralytics="imgsz" in found,
-        type_fixes=yolo._type_fixes(model, path.name),
     )
 
 
 def batch_passes(model: ClassifyModel, path: Path, log: Log) -> tuple[list[str], int]:
     """The fix passes and max_batch_size, as :func:`builders.families.yolo.batch_passes` finds them for a detector.
 
-    It reads the input's size, the batch and the type fixes; its probe's core config names the outputs by a detection
+    It reads the input's size and the batch; its probe's core config names the outputs by a detection
     head's roles, which do not change what the probe finds: a stand-in detector with this model's output gives them."""
     stand_in = yolo.YoloModel(
         input_name=model.input_name,
@@ -204,193 +204,87 @@ def batch_passes(model: ClassifyModel, path: Path, log: Log) -> tuple[list[str],
         names=model.names,
         static_batch=model.static_batch,
         ultralytics=model.ultralytics,
-        type_fixes=model.type_fixes,
         static_size=model.static_size,
     )
     return yolo.batch_passes(stand_in, path, log)
 
 
-# --------------------------------------------------------------------------- the files
+# --------------------------------------------------------------------------- the spec
 
 
-def _names(model: ClassifyModel) -> tuple[str, str]:
-    """The core's output and the postprocess's input: named for what they hold."""
-    return ("probabilities", "PROBABILITIES") if model.scores == "probabilities" else ("logits", "LOGITS")
+def _resize(model: ClassifyModel) -> list[Entry]:
+    """Ultralytics' classify_transforms as its predictor runs them (see the module)."""
+    if model.square:  # torchvision's Resize(int) + CenterCrop
+        return [Entry("resize", "center_crop"), Entry("resize_shorter_side", model.height)]
+    return [Entry("resize", "stretch")]  # Resize((H, W)): the whole photo onto the tensor; CenterCrop keeps it
 
 
-def _preprocess_parameters(model: ClassifyModel) -> dict[str, str]:
-    """Ultralytics' classify_transforms as its predictor runs them (see the module), then yolo's limits and sizing."""
-    resize = (
-        {"resize": "center_crop", "resize_shorter_side": str(model.height)}  # torchvision's Resize(int) + CenterCrop
-        if model.square
-        else {"resize": "stretch"}  # Resize((H, W)): the whole photo onto the tensor; CenterCrop keeps it
+def _transforms(model: ClassifyModel) -> Table:
+    """Ultralytics' classify transforms as its predictor runs them (classify_transforms)."""
+    return Table(
+        "preprocess",
+        [
+            Entry("layout", "NCHW"),
+            Entry("color_order", "RGB"),
+            *_resize(model),
+            Entry("interpolation", "pil_bilinear", "Pillow's bilinear filter, antialiased, as torchvision's Resize on a PIL image."),
+            Entry("decode_oversampling", 0, "Every photo decoded at its full size, as the predictor decodes it."),
+            Entry("mean", [0, 0, 0], "/ 255 (Ultralytics' mean 0, std 1), folded into the core's graph."),
+            Entry("std", [255, 255, 255]),
+            Entry("instances", 2),
+        ],
+        ["Ultralytics' classify transforms as its predictor runs them (classify_transforms)."],
     )
-    kept = {key: value for key, value in yolo.PREPROCESS_PARAMETERS.items() if key not in ("resize", "interpolation", "pad_value")}
-    return {**kept, **resize, "interpolation": "pil_bilinear", "decode_oversampling": "0"}
 
 
-def _core_io(model: ClassifyModel) -> dict[str, Any]:
-    core_output, _ = _names(model)
-    return {
-        "input": [yolo._tensor("images", "TYPE_UINT8", [3, model.height, model.width])],
-        "output": [yolo._tensor(core_output, "TYPE_FP32", [model.classes])],
-    }
-
-
-def _answers() -> list[dict[str, Any]]:
-    """The classification task's outputs (the ensemble's and the postprocess model's)."""
-    return [yolo._role_tensor(role) for role in classification.OUTPUTS]
-
-
-def _requests() -> list[dict[str, Any]]:
-    """The per-request options (optional inputs of the ensemble and the postprocess): TOP_K."""
-    return [yolo._role_tensor(role) for role in classification.INPUTS if not role.from_core]
+def spec_text(name: str, model: ClassifyModel, source_name: str, sha256: str, passes: list[str], max_batch: int) -> str:
+    """The pipeline's ``pipeline.toml``: the classification task with Ultralytics' classify preprocessing."""
+    queue = max(MIN_QUEUE_SIZE, 2 * max_batch)
+    gate = classification.TASK.gate_defaults
+    what = "probabilities (the softmax is in the model)" if model.scores == "probabilities" else "logits (softmax in the postprocess)"
+    description = f"Ultralytics classifier, {model.classes} classes, {model.height}x{model.width} input (from {source_name})"
+    tables = [
+        Table("", [Entry("description", description), Entry("task", "classification"), Entry("max_batch_size", max_batch)]),
+        _transforms(model),
+        Table(
+            "core",
+            [
+                Entry("inputs", [{"name": "images", "datatype": "UINT8", "dims": [3, model.height, model.width]}]),
+                Entry("outputs", [{"name": model.scores, "datatype": "FP32", "dims": [model.classes]}], f"The class {what}."),
+                Entry("max_queue_size", queue),
+            ],
+        ),
+        Table(
+            "postprocess",
+            [
+                Entry("scores", model.scores),
+                Entry("top_k", model.top_k, "k unless a request sends TOP_K."),
+                Entry("labels_file", yolo.LABELS_FILE, "One class name a line, in class-id order."),
+                Entry("cpu_share", 0.5),
+                Entry("max_queue_size", queue),
+            ],
+        ),
+        *yolo.recipe_tables(
+            name,
+            source_name,
+            sha256,
+            passes,
+            "a folder per class",
+            [
+                Entry(
+                    "min_top1", gate["min_top1"], "FP32 against each lower precision: top-1 agreement, top-5 overlap, the scores' cosine."
+                ),
+                Entry("min_top5", gate["min_top5"]),
+                Entry("min_cosine", gate["min_cosine"]),
+            ],
+        ),
+    ]
+    return spec_writer.render(yolo.header(name, source_name, "Ultralytics classify"), tables)
 
 
 def files(name: str, model: ClassifyModel, source_name: str, sha256: str, passes: list[str], max_batch: int) -> dict[str, str]:
     """Every text file of the pipeline folder, by its path in the folder."""
-    header = f"# Written by `python -m builders new-pipeline {name} --from yolo` for {source_name} (Ultralytics classify)."
-    queue = max(16, 2 * max_batch)
-    return yolo.folder_files(
-        name,
-        _recipe(header, name, model, source_name, sha256, passes),
-        {
-            name: _ensemble_config(header, name, model, max_batch),
-            f"{name}_preprocess": _preprocess_config(header, name, model, max_batch),
-            f"{name}_core": _core_config_file(header, name, model, max_batch, queue),
-            f"{name}_postprocess": _postprocess_config(header, name, model, max_batch, queue),
-        },
-        model.names,
-    )
-
-
-def _recipe(header: str, name: str, model: ClassifyModel, source_name: str, sha256: str, passes: list[str]) -> str:
-    """pipeline.toml: the ONNX source, its fix passes, package photos for calibration and the gate."""
-    gate = classification.TASK.gate_defaults
-    return f"""{header}
-# The build recipe (python -m builders ... --pipeline {name}); tensors and preprocessing live in the configs beside it.
-description = "Ultralytics classifier, {model.classes} classes, {model.height}x{model.width} input (from {source_name})"
-
-[source]
-kind = "onnx"
-path = "{yolo.MODEL_FILE}"
-sha256 = "{sha256}"
-
-[fix]
-# stable_io_names gives the model's input and output the configs' names; a static batch of 1 is made dynamic.
-passes = {passes!r}
-
-[quantize]
-# INT8 calibration and the precision gate's held-out photos: package photos by default. For a classifier of your
-# own classes, calibrate on your images (`python -m builders quantize --pipeline {name} --calibration-dir DIR`) and
-# measure on labelled ones (`python -m builders evaluate --pipeline {name} --dataset DIR`, a folder per class).
-calibration_photos = ["astronaut", "brick", "china", "clock_motion", "flower", "grass", "page", "retina"]
-evaluation_photos = ["camera", "chelsea", "coffee", "motorcycle_left", "rocket"]
-exclude = []
-samples = 128
-method = "entropy"
-
-[gate]
-# FP32 against each lower precision on the evaluation photos: top-1 agreement, top-5 overlap, the scores' cosine.
-min_top1 = {gate["min_top1"]}
-min_top5 = {gate["min_top5"]}
-min_cosine = {gate["min_cosine"]}
-
-[golden]
-"""
-
-
-def _ensemble_config(header: str, name: str, model: ClassifyModel, max_batch: int) -> str:
-    """The ensemble clients call: image bytes and TOP_K in, the top-k labels, scores and class ids out."""
-    core_output, post_input = _names(model)
-    answers = [item["name"] for item in _answers()]
-    requests = [item["name"] for item in _requests()]
-
-    def step(model_name: str, inputs: dict[str, str], outputs: dict[str, str]) -> dict[str, Any]:
-        return {"model_name": model_name, "model_version": -1, "input_map": inputs, "output_map": outputs}
-
-    steps = [
-        step(f"{name}_preprocess", {"IMAGE": "IMAGE"}, {"PIXELS": "pixels"}),
-        step(f"{name}_core", {"images": "pixels"}, {core_output: core_output}),
-        step(f"{name}_postprocess", {post_input: core_output, **{key: key for key in requests}}, {key: key for key in answers}),
-    ]
-    return yolo._config(
-        f"{header}\n# The classifier clients call: encoded image bytes in (and an optional TOP_K); the top-k labels, scores "
-        "(probabilities)\n# and class ids out, best first.",
-        name=name,
-        platform="ensemble",
-        max_batch_size=max_batch,
-        input=[yolo._tensor("IMAGE", "TYPE_STRING", [1]), *_requests()],
-        output=_answers(),
-        ensemble_scheduling={"step": steps},
-    )
-
-
-def _preprocess_config(header: str, name: str, model: ClassifyModel, max_batch: int) -> str:
-    """Decode and Ultralytics' classify transforms, the pixels handed over as UINT8."""
-    resize = (
-        f"the shorter side resized to {model.height}, the centre {model.height}x{model.width} cut"
-        if model.square
-        else f"the whole photo resized to {model.height}x{model.width}"
-    )
-    return yolo._config(
-        f"{header}\n# Decode at full size, validate, then Ultralytics' classify transforms as its predictor runs them "
-        f"(classify_transforms):\n# {resize} by Pillow's bilinear filter (antialiased, as torchvision's Resize on a PIL "
-        "image), RGB,\n# NCHW, handed over as UINT8: the / 255 (std below; Ultralytics' mean 0, std 1) is folded into the "
-        "core's graph.",
-        name=f"{name}_preprocess",
-        backend="python",
-        max_batch_size=max_batch,
-        input=[yolo._tensor("IMAGE", "TYPE_STRING", [1])],
-        output=[yolo._tensor("PIXELS", "TYPE_UINT8", [3, model.height, model.width])],
-        parameters={**_preprocess_parameters(model), **yolo.DRIFT_PARAMETERS},
-        dynamic_batching=yolo._batching(0, 16),
-        instance_group=yolo._instances("KIND_CPU", 2),
-    )
-
-
-def _postprocess_config(header: str, name: str, model: ClassifyModel, max_batch: int, queue: int) -> str:
-    """The classification task: the top k of the model's scores (a softmax first when they are logits)."""
-    _, post_input = _names(model)
-    parameters = {
-        "task": "classification",
-        "scores": model.scores,
-        "top_k": str(model.top_k),
-        "labels_file": yolo.LABELS_FILE,
-        "cpu_share": "0.5",
-        "max_instances": "8",
-    }
-    what = "probabilities (the softmax is in the model)" if model.scores == "probabilities" else "logits (softmax here)"
-    return yolo._config(
-        f"{header}\n# The classification task (vision_serving/tasks/classification.py): the core's {what} -> the top k\n"
-        f"# labels, scores and class ids (k {model.top_k} unless a request sends TOP_K).",
-        name=f"{name}_postprocess",
-        backend="python",
-        max_batch_size=max_batch,
-        input=[yolo._tensor(post_input, "TYPE_FP32", [model.classes]), *_requests()],
-        output=_answers(),
-        parameters={**parameters, **yolo.DRIFT_PARAMETERS},
-        dynamic_batching=yolo._batching(0, queue),
-        instance_group=yolo._instances("KIND_CPU", 1),
-    )
-
-
-def _core_config_file(header: str, name: str, model: ClassifyModel, max_batch: int, queue: int) -> str:
-    """The production core: a TensorRT plan, warmed up at batch 1 and the max batch."""
-    zeros = {"data_type": "TYPE_UINT8", "dims": [3, model.height, model.width], "zero_data": True}
-    warmup = [{"name": f"zeros_batch_{size}", "batch_size": size, "inputs": {"images": zeros}} for size in sorted({1, max_batch})]
-    return yolo._config(
-        f"{header}\n# The production core: a TensorRT plan on the GPU, built on the node by `python -m builders build-engine` "
-        "from the\n# precision the ladder chose. Without a GPU, `--model-config-name=cpu` serves configs/cpu.pbtxt (the same "
-        "tensors).",
-        name=f"{name}_core",
-        platform="tensorrt_plan",
-        max_batch_size=max_batch,
-        **_core_io(model),
-        dynamic_batching=yolo._batching(0, queue),
-        instance_group=yolo._instances("KIND_GPU", 1),
-        model_warmup=warmup,
-    )
+    return yolo.folder_files(name, spec_text(name, model, source_name, sha256, passes, max_batch), model.names)
 
 
 def scaffold(

@@ -268,7 +268,7 @@ def _is_bool(dtype: object) -> bool:
 
 
 def cast_nonzero_input(graph: gs.Graph) -> int:
-    """Give ``NonZero`` a float input where it has a BOOL one: TensorRT's NonZero takes FP32/FP16 only.
+    """Give ``NonZero`` a float input where it has a BOOL one (an optional clean-up: TensorRT's parser takes BOOL).
 
     Before::
 
@@ -280,7 +280,9 @@ def cast_nonzero_input(graph: gs.Graph) -> int:
 
     The same indices: a true element is 1.0, a false one 0.0. (A ``Where`` of constants, not a
     ``Cast``: the FP16 rung's converter turns the constants and the tensor into FP16 together.)
-    Ultralytics' ``export(nms=True)`` graphs select their detections this way.
+    Ultralytics' ``export(nms=True)`` graphs select their detections this way. TensorRT's ONNX parser
+    imports NonZero on BOOL as it is (its importer lists kBOOL, and ``INonZeroLayer`` takes it):
+    this is for a runtime or tool that wants a float mask; it is not in the default passes.
     """
     rewrites = 0
     as_floats: dict[str, gs.Variable] = {}  # one Where per mask, however many NonZero read it
@@ -309,7 +311,7 @@ def _is_integer(dtype: object) -> bool:
 
 
 def integer_clip_to_min_max(graph: gs.Graph) -> int:
-    """Write ``Clip`` on integers as ``Max`` then ``Min``: TensorRT's Clip takes floats only, its Max and Min take INT32/INT64.
+    """Write ``Clip`` on integers as ``Max`` then ``Min`` (an optional clean-up: TensorRT's parser does that itself).
 
     Before::
 
@@ -321,6 +323,8 @@ def integer_clip_to_min_max(graph: gs.Graph) -> int:
 
     The same values (Clip is defined as exactly that); an absent bound is left out. Ultralytics'
     ``export(nms=True, dynamic=True, batch=B)`` graphs clamp the padding of a smaller batch this way.
+    TensorRT's Clip importer builds an INT32/INT64 Clip as elementwise max and min already: this is
+    for a runtime or tool without an integer Clip; it is not in the default passes.
     """
     rewrites = 0
     for node in list(graph.nodes):

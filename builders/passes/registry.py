@@ -4,7 +4,7 @@ Parameter-free passes are in :data:`PASSES`; the two that need the pipeline's co
 (``stable_io_names``, ``batch_dimension``) are in :data:`CONFIG_PASSES` and are bound to the
 config's names and dims by :func:`bound_passes` (``builders.fix_onnx.FixOptions``). Every
 name a user or the code gives — ``fix --passes``, a recipe's ``[fix] passes`` (checked by
-``builders.export``), ``builders.export_onnx.GRAPH_PASSES``, the ``fix`` hints of
+``builders.export``), the ``fix`` hints of
 ``builders.trt_compat`` — goes through :func:`check_names`.
 
 Passes run here (:func:`apply_passes`) are not verified; ``builders.fix_onnx.fix_model``
@@ -72,13 +72,15 @@ DEFAULT_PASSES: tuple[str, ...] = (
     "fuse_pad_into_conv",
     "reduce_mean_to_global_average_pool",
     "einsum_to_matmul",
-    "cast_nonzero_input",
-    "integer_clip_to_min_max",
     "stable_io_names",
     "batch_dimension",
     # After batch_dimension: it needs the symbolic batch on the inputs to tell batch-pinned Reshapes.
     "batch_reshape_placeholder",
 )
+
+# Registered, run only when named (fix --passes, a recipe's [fix] passes): rewrites TensorRT's ONNX parser does not
+# need (it takes NonZero on BOOL and Clip on INT32/INT64: builders/tensorrt_onnx_ops.py), for a runtime or tool that does.
+OPTIONAL_PASSES: tuple[str, ...] = ("cast_nonzero_input", "integer_clip_to_min_max")
 
 
 class UnknownPassError(BuildError):

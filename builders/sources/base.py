@@ -3,21 +3,22 @@
 
 :class:`Source` and :class:`RecipeError` live here, below the recipe, so that a kind can name them;
 :mod:`builders.recipe` re-exports both. Nothing here imports ONNX: a kind imports what its conversion needs
-inside the method that converts.
+inside the method that converts. Every kind converts; none owns an export of its own.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from builders import BuildError, Log
 from builders.artifacts import sha256_file
-
-if TYPE_CHECKING:
-    from builders.loaded import LoadedPipeline
+from vision_serving.model_config import ModelConfig
 
 
 class RecipeError(BuildError):
@@ -39,54 +40,51 @@ class Source:
 
 
 @dataclass(frozen=True)
-class ExportResult:
-    status: str  # "exported" or "up to date"
-    onnx_path: Path
-    provenance: dict[str, Any]
-
-
-@dataclass(frozen=True)
 class Converted:
-    """A source as an ONNX model before the recipe's passes, and what the provenance records of its conversion."""
+    """A source as an ONNX model before the recipe's passes, what the provenance records of its conversion, and the
+    class names it carries (written to the postprocess's ``labels_file``), if any."""
 
     model: Any  # onnx.ModelProto
     provenance: dict[str, Any]
+    labels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
 class SourceKind:
-    """One recipe ``kind``. The defaults are a kind that names no model file and owns no export: a kind overrides
-    :meth:`export` to build the core its own way, or :meth:`model_file` and :meth:`convert` (and, as it needs,
-    :meth:`converter_sha256` and :meth:`check_converted`) to go through :mod:`builders.export`'s shared path
-    (convert, the recipe's passes, verification on photos, the ONNX and its provenance written)."""
+    """One recipe ``kind``: how its source becomes an unfixed ONNX model, which :mod:`builders.export`'s one path then
+    takes through the recipe's passes, the verification on photos and the provenance. A kind names its model file
+    (:meth:`model_file`), converts it (:meth:`convert`) and checks the conversion against the file
+    (:meth:`check_converted`)."""
 
     key: str  # the recipe's kind
     description: str  # one line: where the model comes from and how it becomes ONNX
     stage_source: bool = False  # whether a second stage ([stages.<role>]) may come from it
     # Code besides its own module whose change makes the export run again (a converter's helpers), repository-relative.
     code_files: tuple[str, ...] = ()
+    # Distributions whose versions the export records and hashes (the converter's own).
+    packages: tuple[str, ...] = ()
 
     def validate(self, source: Source, where: str) -> None:
         """Raise :class:`RecipeError` (one line starting with ``where``) when ``source`` lacks what this kind needs."""
-
-    def export(self, loaded: LoadedPipeline, force: bool, log: Log) -> ExportResult | None:
-        """The whole export of the core when this kind owns it; None: the shared path of :mod:`builders.export`."""
-        return None
 
     def model_file(self, source: Source, folder: Path, where: str, log: Log) -> Path:
         """The model file ``source`` names (``folder``: the pipeline's), its sha256 checked against the recipe's."""
         raise BuildError(f"{where}: the {self.key} kind names no model file")
 
-    def convert(self, source: Source, model_file: Path, build_dir: Path, log: Log) -> Converted:
-        """``model_file`` as an unfixed ONNX model (``build_dir``: the pipeline's scratch folder)."""
+    def convert(self, source: Source, model_file: Path, build_dir: Path, core: ModelConfig, log: Log) -> Converted:
+        """``model_file`` as an unfixed ONNX model for the model ``core`` configures (``build_dir``: the pipeline's
+        scratch folder)."""
         raise BuildError(f"the {self.key} kind has no converter to ONNX")
 
     def converter_sha256(self) -> str | None:
         """What the provenance records of the converter (the sha256 of its environment's lock), if it has one."""
         return None
 
-    def check_converted(self, unfixed: Any, model_file: Path) -> None:
-        """Raise :class:`builders.CheckFailed` when the converted graph disagrees with the model file (after the passes ran)."""
+    def check_converted(self, unfixed: Any, model_file: Path, photos: Callable[[], np.ndarray], log: Log) -> dict[str, Any]:
+        """Raise :class:`builders.CheckFailed` when the converted graph disagrees with the model file (``photos``: real
+        photos through the served preprocessing, as floats the unfixed graph takes); returns what the provenance
+        records of the check."""
+        return {}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from builders import Log
 from builders.sources.base import Converted, PinnedFile, RecipeError, Source, pipeline_file, wheel_member
+from vision_serving.model_config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class OnnxFile(PinnedFile):
     def model_file(self, source: Source, folder: Path, where: str, log: Log) -> Path:
         return wheel_member(source, where, log) if source.wheel else pipeline_file(source, folder, where)
 
-    def convert(self, source: Source, model_file: Path, build_dir: Path, log: Log) -> Converted:
+    def convert(self, source: Source, model_file: Path, build_dir: Path, core: ModelConfig, log: Log) -> Converted:
         from builders import fix_onnx
 
         return Converted(fix_onnx.load_model(model_file), {})

@@ -4,12 +4,16 @@ of the fixed graph are checked against the TFLite operators' custom options, whi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from builders import CheckFailed, Log
 from builders.sources.base import Converted, PinnedFile, RecipeError, Source, wheel_member
+from vision_serving.model_config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,7 @@ class TfliteFile(PinnedFile):
     def model_file(self, source: Source, folder: Path, where: str, log: Log) -> Path:
         return wheel_member(source, where, log)
 
-    def convert(self, source: Source, model_file: Path, build_dir: Path, log: Log) -> Converted:
+    def convert(self, source: Source, model_file: Path, build_dir: Path, core: ModelConfig, log: Log) -> Converted:
         """tf2onnx in its own environment; the provenance records the TFLite custom options."""
         import onnx
 
@@ -47,7 +51,7 @@ class TfliteFile(PinnedFile):
 
         return sha256_file(build_envs.requirements_file(tflite_files.CONVERT_ENV))
 
-    def check_converted(self, unfixed: Any, model_file: Path) -> None:
+    def check_converted(self, unfixed: Any, model_file: Path, photos: Callable[[], np.ndarray], log: Log) -> dict[str, Any]:
         """The transposed convolutions' stride and padding derived from the graph's shapes equal the TFLite
         operators' own custom options (which tf2onnx drops)."""
         import onnx
@@ -61,10 +65,14 @@ class TfliteFile(PinnedFile):
         )
         if disagreements:
             raise CheckFailed("the shapes and the TFLite custom options disagree: " + "; ".join(disagreements))
+        return {}
 
 
 KIND = TfliteFile(
     key="tflite",
     description="a .tflite file inside a pinned wheel, pinned by its sha256, converted by tf2onnx in its own environment",
-    code_files=("builders/tflite.py", "builders/tflite_densify.py"),
+    code_files=(
+        "builders/tflite.py",
+        *(f"builders/tflite_densify/{name}" for name in ("__init__.py", "__main__.py", "rewrite.py", "sparsity.py")),
+    ),
 )

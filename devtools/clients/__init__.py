@@ -8,7 +8,7 @@ which prints every output, so a new task has a working client before it has one 
 
 from __future__ import annotations
 
-import importlib
+from vision_serving.tasks import registry
 
 from .base import ClientReport, TaskClient
 from .generic import CLIENT as GENERIC
@@ -19,16 +19,4 @@ __all__ = ["GENERIC", "ClientReport", "TaskClient", "client_for"]
 def client_for(task_name: str) -> TaskClient:
     """The client of the task ``task_name``: ``devtools.clients.<task_name>.CLIENT``, or the generic client when
     there is no such module. A module of that name without a ``TaskClient`` as ``CLIENT`` is a ``TypeError``."""
-    if not task_name.isidentifier():
-        return GENERIC
-    module_name = f"{__name__}.{task_name}"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name:
-            raise  # the client module exists and imports something missing: not a task without a client
-        return GENERIC
-    client = getattr(module, "CLIENT", None)
-    if not isinstance(client, TaskClient):
-        raise TypeError(f"{module_name} is not the client of task {task_name!r}: it has no CLIENT (a devtools.clients.base.TaskClient)")
-    return client
+    return registry.per_task(__name__, task_name, "CLIENT", TaskClient, GENERIC, "the client")

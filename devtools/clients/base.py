@@ -49,7 +49,12 @@ class TaskClient(ABC):
     @abstractmethod
     def report(self, name: str, outputs: Mapping[str, np.ndarray], image: bytes, args: argparse.Namespace) -> ClientReport:
         """One image's answer (its outputs by role, without the batch dim; ``image``: the bytes sent) as text lines
-        and JSON, writing any files the options ask for; ``ValueError`` or ``OSError`` fail that file only."""
+        and JSON, writing any files the options ask for; ``ValueError`` or ``OSError`` fail that file only.
+
+        ``args`` holds the parsed options and what the program (:mod:`devtools.client`, which loads the clients: a
+        client never imports it) adds: ``single_image`` (one file was sent) and ``task_parameters`` (the pipeline's
+        postprocess config's parameters as text, read from the server with its interface); either may be missing in
+        a report made without a run."""
 
 
 def text(value: Any) -> str:

@@ -1,23 +1,26 @@
 """``./scripts/detect``: each image's boxes, labels and scores (and keypoints, their scores and names in JSON); ``--score-threshold`` and
-``--iou-threshold`` set the request's thresholds, ``--draw OUT`` writes the image with its detections drawn."""
+``--iou-threshold`` set the request's thresholds, ``--tiling JSON`` a tiled pipeline's ``TILING`` (docs/tiling.md), ``--draw OUT``
+writes the image with its detections drawn."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import cv2
 import numpy as np
 
-from . import draw_masks, draw_rotated, drawing
-from .base import ClientReport, TaskClient, text
+from vision_serving.tasks import detection
+from vision_serving.tasks.detection_heads.base import ExtraAnswer
 
-# What the heads add to the detection task's answers, each drawn over the picture and listed per detection (a module
-# with painter and fields; both do nothing where a pipeline has not its outputs): masks, rotated boxes.
-EXTRA_ANSWERS = (draw_masks, draw_rotated)
+from . import drawing
+from .base import ClientReport, TaskClient, text
 
 DRAWN_SUFFIX = ".detections.jpg"
 BOX_COLOR = (0, 220, 0)  # BGR
@@ -30,6 +33,34 @@ COCO_SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 
                  (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))  # fmt: skip
 # The options that set the task's per-image request inputs (its request roles, each in [0, 1]): role -> help.
 THRESHOLDS = {"score_threshold": "minimum score", "iou_threshold": "NMS IoU threshold"}
+# The option that sets a tiled pipeline's per-image TILING (BYTES, JSON: vision_serving.tiling), and every request role.
+TILING_ROLE = "tiling"
+REQUEST_ROLES = (*THRESHOLDS, TILING_ROLE)
+
+
+def extra_drawing(name: str) -> ModuleType:
+    """The drawing an extra answer names (:class:`~vision_serving.tasks.detection_heads.base.ExtraAnswer`):
+    ``devtools.clients.draw_<name>``, whose ``painter`` draws the answers over the picture and ``fields`` lists them
+    per detection."""
+    module_name = f"{__package__}.draw_{name}"
+    if not name.isidentifier():
+        raise ValueError(f"drawing {name!r} is not a module name")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        raise ValueError(f"an extra answer names drawing {name!r}, but there is no {module_name} (its painter and fields)") from None
+    if not (callable(getattr(module, "painter", None)) and callable(getattr(module, "fields", None))):
+        raise TypeError(f"{module_name} is not a drawing: it needs painter(outputs, count, paint) and fields(outputs, index)")
+    return module
+
+
+def extra_drawings(outputs_by_role: Mapping[str, Any]) -> list[ModuleType]:
+    """The drawings the heads' extra answers among ``outputs_by_role`` name, each once, in the detection task's order."""
+    roles = detection.TASK.output_roles()
+    names = [role.drawing for role in roles if isinstance(role, ExtraAnswer) and role.drawing and role.role in outputs_by_role]
+    return [extra_drawing(name) for name in dict.fromkeys(names)]
 
 
 def unit_interval(value: str) -> float:
@@ -38,6 +69,15 @@ def unit_interval(value: str) -> float:
     if not (0.0 <= number <= 1.0 and math.isfinite(number)):
         raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
     return number
+
+
+def json_text(value: str) -> str:
+    """An argparse type: JSON text (a tiled pipeline's ``TILING``: ``true``, ``false`` or an object of its settings)."""
+    try:
+        json.loads(value)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"must be JSON (true, false or an object such as '{{\"tile_size\": 512}}'): {error}") from None
+    return value
 
 
 def paint(boxes: np.ndarray, scores: np.ndarray, labels: list[str], keypoints: np.ndarray | None) -> Callable[[np.ndarray, int], None]:
@@ -78,29 +118,11 @@ def paint_keypoints(picture: np.ndarray, points: np.ndarray, width: int) -> None
 
 
 def keypoint_names(args: argparse.Namespace) -> list[str] | None:
-    """The keypoints' names: the ``keypoint_names`` parameter of the postprocess config of the model the options name
-    (the ensemble's step with a ``task`` parameter), read from the server once per run and kept in ``args``; None
-    where the config has none, or the options name no server (a report made without one)."""
-    names: list[str] | None = vars(args).get("keypoint_names")
-    if "keypoint_names" in vars(args):
-        return names
-    if getattr(args, "protocol", None) and getattr(args, "model", None):
-        from devtools import client  # the program that runs this client (it imports the clients)
-
-        connection = client.connect(args)
-        try:
-            for step in reversed(connection.config(args.model).ensemble_scheduling.step):
-                parameters = connection.config(step.model_name).parameters
-                if "task" in parameters:
-                    if "keypoint_names" in parameters:
-                        names = parameters["keypoint_names"].string_value.split(",")
-                    break
-        except client.ClientError:  # the answers were read: a config that cannot be is a report without names
-            names = None
-        finally:
-            connection.close()
-    args.keypoint_names = names
-    return names
+    """The keypoints' names: the ``keypoint_names`` parameter of the pipeline's postprocess config, which the program
+    hands every client as ``args.task_parameters`` (:class:`~devtools.clients.base.TaskClient`); None where the config
+    has none, or where there is no server (a report made without one)."""
+    names = getattr(args, "task_parameters", {}).get("keypoint_names")
+    return names.split(",") if names else None
 
 
 def keypoint_records(points: np.ndarray) -> list[list[float]]:
@@ -115,6 +137,12 @@ class DetectionClient(TaskClient):
         for role, meaning in THRESHOLDS.items():
             option = "--" + role.replace("_", "-")
             parser.add_argument(option, type=unit_interval, metavar="X", help=f"{meaning} in [0, 1] (default: the model's)")
+        parser.add_argument(
+            "--tiling",
+            type=json_text,
+            metavar="JSON",
+            help="a tiled pipeline's TILING for every image: true, false or its settings, e.g. '{\"tile_size\": 512}' (docs/tiling.md)",
+        )
         parser.add_argument(
             "--draw",
             type=Path,
@@ -131,6 +159,9 @@ class DetectionClient(TaskClient):
             value = getattr(args, role, None)
             if value is not None:
                 inputs[role] = np.full((count, 1), value, dtype=np.float32)
+        tiling = getattr(args, TILING_ROLE, None)
+        if tiling is not None:
+            inputs[TILING_ROLE] = np.full((count, 1), tiling.encode(), dtype=np.object_)
         return inputs
 
     def report(self, name: str, outputs: Mapping[str, np.ndarray], image: bytes, args: argparse.Namespace) -> ClientReport:
@@ -143,7 +174,8 @@ class DetectionClient(TaskClient):
         points = None if keypoints is None else np.asarray(keypoints).reshape(-1, *np.asarray(keypoints).shape[-2:])[:count]
         out, single = getattr(args, "draw", None), getattr(args, "single_image", True)
         painter = paint(boxes, scores, labels, points)
-        for extra in EXTRA_ANSWERS:
+        extras = extra_drawings(outputs)
+        for extra in extras:
             painter = extra.painter(outputs, count, painter)
         drawn = drawing.draw(name, image, out, single, DRAWN_SUFFIX, painter)
         tally: dict[str, int] = {}
@@ -168,7 +200,7 @@ class DetectionClient(TaskClient):
             }
             if points is not None:
                 item["keypoints"] = keypoint_records(points[index])
-            for extra in EXTRA_ANSWERS:
+            for extra in extras:
                 item.update(extra.fields(outputs, index))
             detections.append(item)
         record: dict[str, Any] = {"file": name, "detections": detections}

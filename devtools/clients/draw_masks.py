@@ -1,8 +1,9 @@
 """Instance masks in the detection client: a segmenting head's ``masks`` (one PNG per detection: its binary mask over
 the pixels of its ``mask_boxes``) drawn on ``--draw``'s picture and given in ``--json``'s records.
 
+The segment head's answers name this drawing (``drawing="masks"``), and the detection client finds it by that name.
 Every function takes one image's outputs by role (the client's ``report``) and does nothing (or gives nothing) where
-the pipeline has no masks, so the detection client calls them whatever its head.
+the pipeline has no masks.
 """
 
 from __future__ import annotations

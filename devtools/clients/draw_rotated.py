@@ -1,8 +1,9 @@
 """Oriented boxes in the detection client: an oriented-box head's ``corners`` (each detection's four corners in the
 photo's pixels) drawn on ``--draw``'s picture, and its ``rotated_boxes`` and ``corners`` given in ``--json``'s records.
 
-Every function takes one image's outputs by role (the client's ``report``) and does nothing (or gives nothing) where
-the pipeline has no oriented boxes, so the detection client calls them whatever its head.
+The oriented-box head's answers name this drawing (``drawing="rotated"``), and the detection client finds it by that
+name. Every function takes one image's outputs by role (the client's ``report``) and does nothing (or gives nothing)
+where the pipeline has no oriented boxes.
 """
 
 from __future__ import annotations

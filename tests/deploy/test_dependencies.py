@@ -1,5 +1,5 @@
-"""The serving image's lock installs from wheels alone on the image's Python 3.12 (manylinux x86_64),
-from PyPI alone: `pip download --only-binary=:all: --require-hashes` of requirements/image.txt.
+"""The images' locks (the serving image's, the image gateway's) install from wheels alone on the image's Python 3.12 (manylinux x86_64),
+from PyPI alone: `pip download --only-binary=:all: --require-hashes` of requirements/image.txt and requirements/gateway.txt.
 
 pip runs --isolated with PIP_* unset and --index-url https://pypi.org/simple, so this machine's extra
 indexes and wheel directory (pip.conf, PIP_FIND_LINKS) cannot make it pass where PyPI would fail.
@@ -30,10 +30,12 @@ def manylinux_platforms(glibc_minor: int) -> list[str]:
     return [*tags, "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
 
 
-def test_the_serving_image_lock_downloads_as_cp312_manylinux_wheels_from_pypi():
-    image = lock.BY_NAME["image"]
+@pytest.mark.parametrize("name", ["image", "gateway"])
+def test_an_image_lock_downloads_as_cp312_manylinux_wheels_from_pypi(name):
+    """The serving image's lock, and the image gateway's (docker/gateway.Dockerfile)."""
+    image = lock.BY_NAME[name]
     assert image.python_version == "3.12" and image.platform == "x86_64-manylinux_2_28"
-    target = DOWNLOADS / "image"
+    target = DOWNLOADS / name
     target.mkdir(parents=True, exist_ok=True)
     platforms = [argument for tag in manylinux_platforms(28) for argument in ("--platform", tag)]
     environment = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}

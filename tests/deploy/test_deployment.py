@@ -51,14 +51,17 @@ from tests.support.deployment import (
     ENTRY_COMMAND,
     ENTRY_SCRIPT,
     EXPECTED_CRDS,
+    GATEWAY_DOCKERFILE,
     K8S,
     LIVENESS_COMMAND,
     LIVENESS_SCRIPT,
     MODELS_DOCKERFILE,
+    NVIDIA_ENTRYPOINT,
     PIPELINES,
     ROOT,
     ROOT_FLAG,
     STEP_SELECTOR,
+    STREAMS_DOCKERFILE,
     TRACKS,
     VALIDATE,
     alert_rules,
@@ -191,7 +194,7 @@ def test_the_gpu_product_patch_renders_and_validates(tools, tmp_path):
     )
     result = validate_manifests(tools, kustomize(overlay))
     assert all(r["status"] == "ok" for r in result["results"])
-    spec = find(result["objects"], "Deployment")["spec"]["template"]["spec"]
+    spec = find(result["objects"], "Deployment", "vision-serving")["spec"]["template"]["spec"]
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
     assert spec["securityContext"]["runAsNonRoot"] is True  # the patch merges, it does not replace
@@ -224,8 +227,8 @@ def test_checkov_passes_on_docker(tools):
 
 
 def test_hadolint_passes_on_every_dockerfile(tools):
-    assert sorted(DOCKER.glob("*.Dockerfile")) == sorted([*DOCKERFILES.values(), MODELS_DOCKERFILE])
-    for path in [*DOCKERFILES.values(), MODELS_DOCKERFILE]:
+    assert sorted(DOCKER.glob("*.Dockerfile")) == sorted([*DOCKERFILES.values(), MODELS_DOCKERFILE, GATEWAY_DOCKERFILE, STREAMS_DOCKERFILE])
+    for path in [*DOCKERFILES.values(), MODELS_DOCKERFILE, GATEWAY_DOCKERFILE, STREAMS_DOCKERFILE]:
         completed = subprocess.run([str(tools / "hadolint"), str(path)], capture_output=True, text=True, timeout=120, check=False)
         assert completed.returncode == 0 and not completed.stdout.strip(), completed.stdout
         lines = path.read_text().splitlines()
@@ -242,11 +245,11 @@ def test_every_server_flag_is_known_to_tritonserver(triton, compose):
     known = set(re.findall(r"^\s+(--[a-z][a-z0-9-]*)", help_text.stdout + help_text.stderr, re.MULTILINE))
     assert len(known) > 50, "tritonserver --help printed no flags"
     used = {
-        "deployment": triton["command"][1:] + triton["args"],
-        "server.Dockerfile": dockerfile_entrypoint(DOCKERFILES["server"])[1:],
+        "deployment": triton["command"][2:] + triton["args"],
+        "server.Dockerfile": dockerfile_entrypoint(DOCKERFILES["server"])[2:],
         "compose.yaml": compose["services"]["server"]["command"],
     }
-    assert triton["command"] == [ENTRY_COMMAND] and dockerfile_entrypoint(DOCKERFILES["server"])[0] == ENTRY_COMMAND
+    assert triton["command"] == [NVIDIA_ENTRYPOINT, ENTRY_COMMAND] == dockerfile_entrypoint(DOCKERFILES["server"])[:2]
     assert "--model-repository" in known and ROOT_FLAG not in known
     for where, arguments in used.items():
         unknown = set(flag_values(tritonserver_arguments(arguments))) - known
@@ -268,7 +271,7 @@ def test_the_server_image_installs_the_entry_script():
 
 def test_production_flags_are_the_same_everywhere(triton, compose):
     deployment = flag_values(triton["args"])
-    image = flag_values(dockerfile_entrypoint(DOCKERFILES["server"])[1:])
+    image = flag_values(dockerfile_entrypoint(DOCKERFILES["server"])[2:])
     assert deployment["--model-control-mode"] == image["--model-control-mode"] == "none"
     assert deployment[ROOT_FLAG] == image[ROOT_FLAG] == "/models"
     assert deployment["--metrics-config"] == image["--metrics-config"] == "summary_latencies=true"
@@ -293,15 +296,17 @@ def test_ports_agree_between_server_manifests_and_compose(objects, triton, compo
     for probe in ("startupProbe", "readinessProbe"):
         assert triton[probe]["httpGet"]["port"] in ("http", ports["http"]), probe
     assert flag_values(triton["livenessProbe"]["exec"]["command"][1:])["--http-port"] == str(ports["http"])
-    for service in (o for o in objects if o["kind"] == "Service"):
+    for service in (
+        o for o in objects if o["kind"] == "Service" and o["metadata"]["labels"]["app.kubernetes.io/component"] != "image-gateway"
+    ):
         for port in service["spec"]["ports"]:
             target = port["targetPort"]
             assert ports.get(target, target) == port["port"] and port["name"] == target, f"{service['metadata']['name']}: {port}"
     assert {p["name"] for p in find(objects, "Service", "vision-serving")["spec"]["ports"]} == {"http", "grpc"}
     assert {p["name"] for p in find(objects, "Service", "vision-serving-metrics")["spec"]["ports"]} == {"metrics"}
-    (endpoint,) = find(objects, "ServiceMonitor")["spec"]["endpoints"]
+    (endpoint,) = find(objects, "ServiceMonitor", "vision-serving")["spec"]["endpoints"]
     assert endpoint["port"] == "metrics"
-    policy_ports = {p["port"] for rule in find(objects, "NetworkPolicy")["spec"]["ingress"] for p in rule["ports"]}
+    policy_ports = {p["port"] for rule in find(objects, "NetworkPolicy", "vision-serving")["spec"]["ingress"] for p in rule["ports"]}
     assert policy_ports == set(ports.values())
     published = {int(mapping.rsplit(":", 1)[1]) for mapping in compose["services"]["server"]["ports"]}
     assert published == set(ports.values())
@@ -356,7 +361,8 @@ def test_pod_security_resources_and_shm(pod_spec, triton):
     assert "--pipeline" not in script and "--onnx" not in script
     assert [c["name"] for c in pod_spec["initContainers"]] == ["models", "build-plan", "verify-plan"]
     verify = next(c for c in pod_spec["initContainers"] if c["name"] == "verify-plan")
-    assert verify["command"] == ["python3", "-m", "builders.tensorrt_engine", "verify-plan", "--model-repository", "/models"]
+    assert verify["command"] == [NVIDIA_ENTRYPOINT, "python3", "-m", "builders", "verify-plan", "--model-repository", "/models"]
+    assert build["command"] == [NVIDIA_ENTRYPOINT, "bash", "-c"]
 
 
 def memory_gib(quantity: str) -> float:
@@ -402,21 +408,22 @@ def test_the_recognizer_s_instances_are_the_capacity_planner_s_choice():
     """Where no GPU measured it, a model whose instance runs several profiles has the instances the planner chooses
     from the committed GPU memory estimate; that estimate is of the configs and profiles as they are now."""
     from benchmarks import capacity
-    from builders import tensorrt_engine as te
+    from builders.tensorrt import models, profiles
 
     estimated = capacity.load_gpu_memory()
     assert estimated is not None, f"{capacity.GPU_MEMORY}: run python -m benchmarks.capacity --gpu-memory"
     recorded = {model["model"]: model for model in estimated["models"]}
     for pipeline in layout.pipelines(layout.MODEL_REPOSITORY):
-        for role in te.engine_roles(pipeline):
-            config = te.load_core_config(pipeline, role)
+        for role in models.engine_roles(pipeline):
+            config = models.load_core_config(pipeline, role)
             model = recorded.get(config.name)
             if model is None:  # a pipeline just added: reported, not failed
                 warnings.warn(
                     f"{config.name} is not in {capacity.GPU_MEMORY.name}: run python -m benchmarks.capacity --gpu-memory", stacklevel=1
                 )
                 continue
-            shapes = [list(profile[0].max) for profile in te.optimization_profiles(config, None, te.model_profiles(pipeline, role, config))]
+            ranges = models.model_profiles(pipeline, role, config)
+            shapes = [list(profile[0].max) for profile in profiles.optimization_profiles(config, None, ranges)]
             assert [p["max_shape"] for p in model["profiles"]] == shapes, f"{config.name}: profiles changed since the estimate"
             assert model["instances"] == sum(group.count for group in config.instance_group), config.name
     chosen = capacity.choose_instances(estimated["models"])
@@ -427,9 +434,8 @@ def test_the_recognizer_s_instances_are_the_capacity_planner_s_choice():
 def builder_commands(script: str) -> list[list[str]]:
     """The `python -m builders ...` commands of a shell script, as argument lists."""
     joined = script.replace("\\\n", " ")
-    return [
-        shlex.split(line.strip())[3:] for line in joined.splitlines() if re.match(r"\s*python3? -m builders(\.tensorrt_engine)? ", line)
-    ]
+    found = (re.match(r"\s*(?:if )?(?:timeout \S+ )?(python3? -m builders(\.tensorrt)? .*)", line) for line in joined.splitlines())
+    return [shlex.split(match.group(1).removesuffix("; then :; else"))[3:] for match in found if match]
 
 
 def test_init_containers_build_and_verify_every_pipeline(pod_spec):
@@ -438,7 +444,7 @@ def test_init_containers_build_and_verify_every_pipeline(pod_spec):
     build = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")
     verify = next(c for c in pod_spec["initContainers"] if c["name"] == "verify-plan")
     script = build["args"][0]
-    commands = [*builder_commands(script), verify["command"][3:]]
+    commands = [*builder_commands(script), verify["command"][4:]]
     assert [c[0] for c in commands] == ["build-engine", "verify-plan", "verify-plan"]
     for command in commands:
         options = flag_options(command[1:])
@@ -449,9 +455,11 @@ def test_init_containers_build_and_verify_every_pipeline(pod_spec):
     assert "/models/*/pipeline.toml" in script, "build-plan stops with one line when the model image holds no pipeline"
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
     mounts = {m["mountPath"]: volumes[m["name"]] for m in build["volumeMounts"]}
-    # Each pod's own cache by default: no claim that could stay Pending (k8s/components/shared-plan-cache shares one).
-    assert mounts["/plan-cache"]["emptyDir"]["sizeLimit"] and mounts["/plan-scratch"]["emptyDir"]["sizeLimit"]
-    assert not any("persistentVolumeClaim" in volume for volume in volumes.values())
+    # The shared cache by default (more than one replica): a pod on a GPU and TensorRT the cluster has seen copies its
+    # plans; the scratch volume stays the pod's own. Only build-plan mounts the claim.
+    assert (
+        mounts["/plan-cache"]["persistentVolumeClaim"] == {"claimName": "plan-cache"} and mounts["/plan-scratch"]["emptyDir"]["sizeLimit"]
+    )
     assert not any("persistentVolumeClaim" in volumes[m["name"]] for c in pod_spec["containers"] for m in c["volumeMounts"])
 
 
@@ -505,6 +513,7 @@ def test_the_init_containers_run_over_every_pipeline(pod_spec, tmp_path):
     assert sorted(p.name for p in layout.pipelines(models)) == sorted(p.name for p in PIPELINES)
     commands = [call.splitlines() for call in completed.stdout.split("-m\n")[1:]]
     assert commands == [
+        ["vision_serving.cuda_driver", "--require", "--prefix", "build-plan"],  # the node's driver, in one line
         ["builders", "build-engine", "--model-repository", str(models), "--cache-dir", str(cache)],
         ["builders", "verify-plan", "--model-repository", str(models), "--deserialize"],
     ]
@@ -544,34 +553,70 @@ def run_as_the_pod_user(pod_spec: dict[str, Any], tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr
     (warning,) = [line for line in completed.stderr.splitlines() if "warning" in line]
     assert warning.startswith(f"build-plan: warning: the plan cache {cache} is not writable by uid 1000")
-    build = completed.stdout.split("-m\n")[1].splitlines()
+    build = completed.stdout.split("-m\n")[2].splitlines()
     assert build == ["builders", "build-engine", "--model-repository", str(models), "--cache-dir", str(scratch)]
     os.chown(cache, 1000, 1000)
     completed = run_init_containers(pod_spec, image, models, cache, fake_bin, scratch, as_uid=1000)
     assert completed.returncode == 0 and "warning" not in completed.stderr, completed.stderr
-    assert completed.stdout.split("-m\n")[1].splitlines()[-1] == str(cache)
+    assert completed.stdout.split("-m\n")[2].splitlines()[-1] == str(cache)
 
 
-def test_the_shared_plan_cache_component_renders_and_validates(tools, tmp_path):
-    """k8s/components/shared-plan-cache: the claim (ReadWriteMany, the StorageClass of settings.yaml) replaces every
-    Deployment's emptyDir cache, for the stable and the canary Deployments alike."""
+def test_the_shared_plan_cache_is_the_default_for_stable_and_canary(objects, canary_manifests):
+    """k8s/components/shared-plan-cache, on in the base and the canary overlay: the claim (ReadWriteMany, the StorageClass
+    of settings.yaml) replaces every Deployment's emptyDir cache; the HPA keeps more than one replica."""
     settings = K8S / "components" / "shared-plan-cache" / "settings.yaml"
     (storage_class,) = re.findall(r"^  storageClassName: (\S+)$", settings.read_text(), re.MULTILINE)
-    for base in (K8S, CANARY):
-        overlay = tmp_path / base.name
-        overlay.mkdir()
-        (overlay / "kustomization.yaml").write_text(
-            f"resources:\n  - {os.path.relpath(base, overlay)}\ncomponents:\n  - {os.path.relpath(K8S / 'components' / 'shared-plan-cache', overlay)}\n"
-        )
-        result = validate_manifests(tools, kustomize(overlay))
-        assert all(r["status"] == "ok" for r in result["results"]), result["results"]
-        claim = find(result["objects"], "PersistentVolumeClaim", "plan-cache")
+    assert find(objects, "HorizontalPodAutoscaler", "vision-serving")["spec"]["minReplicas"] > 1
+    for rendered in (objects, canary_manifests["objects"]):
+        claim = find(rendered, "PersistentVolumeClaim", "plan-cache")
         assert claim["spec"]["storageClassName"] == storage_class and claim["spec"]["accessModes"] == ["ReadWriteMany"]
-        assert not [o for o in result["objects"] if o["kind"] == "PlanCacheSettings"]  # local-config: never applied
-        for deployment in (o for o in result["objects"] if o["kind"] == "Deployment"):
+        assert not [o for o in rendered if o["kind"] == "PlanCacheSettings"]  # local-config: never applied
+        servers = [o for o in rendered if o["kind"] == "Deployment" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "server"]
+        assert servers and all("plan-cache" not in json.dumps(o) for o in rendered if o["kind"] == "Deployment" and o not in servers)
+        for deployment in servers:
             volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
             assert volumes["plan-cache"] == {"name": "plan-cache", "persistentVolumeClaim": {"claimName": "plan-cache"}}
             assert "emptyDir" in volumes["plan-scratch"]
+
+
+def test_the_rollout_waits_for_the_plans_as_the_start_estimate_says(objects, pod_spec, triton):
+    """progressDeadlineSeconds (one pod's cold start: it bounds the build, init containers having no probes), the
+    build-plan init container's timeout and the startupProbe's budget are builders/tensorrt/startup.py's, from the
+    committed engine sizes; the canary's promotion waits replicas x that deadline."""
+    from benchmarks import capacity
+    from builders.tensorrt import startup
+
+    estimated = capacity.load_gpu_memory()
+    assert estimated is not None, f"{capacity.GPU_MEMORY}: run python -m benchmarks.capacity --gpu-memory"
+    start = startup.estimate(estimated["models"])
+    deployment = find(objects, "Deployment", "vision-serving")
+    assert deployment["spec"]["progressDeadlineSeconds"] == start.progress_deadline_seconds > 600  # Kubernetes' default is 600
+    assert deployment["spec"]["progressDeadlineSeconds"] >= startup.SAFETY * start.cold_seconds()
+    (script,) = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")["args"]
+    assert f"budget={start.build_timeout_seconds}\n" in script and 'timeout "$budget" python -m builders build-engine' in script
+    probe = triton["startupProbe"]
+    assert probe["periodSeconds"] == startup.STARTUP_PERIOD_SECONDS and probe["failureThreshold"] == start.startup_failure_threshold
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= startup.SAFETY * start.startup_seconds
+    assert start.rollout_timeout_seconds(deployment["spec"]["replicas"]) == deployment["spec"]["replicas"] * start.progress_deadline_seconds
+
+
+def test_a_build_past_its_budget_fails_the_pod_in_one_line(pod_spec, tmp_path):
+    """build-plan's timeout, run here with a `python` that hangs and a budget of one second."""
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\ncase "$*" in *cuda_driver*) exit 0 ;; esac\nsleep 30\n')  # the driver check passes
+    fake.chmod(0o755)
+    (script,) = next(c for c in pod_spec["initContainers"] if c["name"] == "build-plan")["args"]
+    models, cache = tmp_path / "models", tmp_path / "cache"
+    (models / "p").mkdir(parents=True)
+    (models / "p" / "pipeline.toml").write_text("")
+    cache.mkdir()
+    local = re.sub(r"budget=\d+", "budget=1", script).replace("/plan-cache", str(cache)).replace("/models", str(models))
+    environment = {"PATH": f"{fake.parent}:/usr/bin:/bin", "HOME": "/tmp"}
+    completed = subprocess.run(["bash", "-c", local], capture_output=True, text=True, env=environment, timeout=60, check=False)
+    assert completed.returncode == 124
+    (line,) = completed.stderr.strip().splitlines()
+    assert line.startswith("build-plan: error: the plans' build ran past its 1 s budget")
 
 
 def flag_options(arguments: list[str]) -> dict[str, str | None]:
@@ -592,12 +637,12 @@ def flag_options(arguments: list[str]) -> dict[str, str | None]:
 
 
 def test_hpa_scales_on_the_worst_step_recorded_by_the_prometheus_rule(objects, tools, tmp_path):
-    hpa = find(objects, "HorizontalPodAutoscaler")
+    hpa = find(objects, "HorizontalPodAutoscaler", "vision-serving")
     assert hpa["apiVersion"] == "autoscaling/v2"
     (metric,) = hpa["spec"]["metrics"]
     assert metric["type"] == "Pods"
     assert {"scaleUp", "scaleDown"} <= set(hpa["spec"]["behavior"])
-    assert hpa["spec"]["scaleTargetRef"]["name"] == find(objects, "Deployment")["metadata"]["name"]
+    assert hpa["spec"]["scaleTargetRef"]["name"] == find(objects, "Deployment", "vision-serving")["metadata"]["name"]
     config = find(objects, "ConfigMap", "prometheus-adapter-vision-serving")["data"]["config.yaml"]
     path = tmp_path / "adapter.yaml"
     path.write_text(config)
@@ -613,8 +658,8 @@ def test_hpa_scales_on_the_worst_step_recorded_by_the_prometheus_rule(objects, t
     assert query.count(STEP_SELECTOR) == 2 and "model=" not in query.replace(STEP_SELECTOR, "")
     assert query.startswith("max by (namespace, pod) (") and query.count("sum by (namespace, pod, model)") == 2
     assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
-    pdb = find(objects, "PodDisruptionBudget")
-    assert pdb["spec"]["selector"] == find(objects, "Deployment")["spec"]["selector"]
+    pdb = find(objects, "PodDisruptionBudget", "vision-serving")
+    assert pdb["spec"]["selector"] == find(objects, "Deployment", "vision-serving")["spec"]["selector"]
     assert hpa["spec"]["minReplicas"] >= 2, "with one replica the PDB would block every drain"
 
 
@@ -710,7 +755,7 @@ def test_routes_balance_per_request_through_the_gateway(objects, triton):
     assert service["spec"]["type"] == "ClusterIP"
     service_ports = {p["name"]: p for p in service["spec"]["ports"]}
     for kind, port_name in ROUTE_PORTS.items():
-        route = find(objects, kind)
+        route = find(objects, kind, "vision-serving")
         (parent,) = route["spec"]["parentRefs"]
         assert parent["name"] == gateway["metadata"]["name"] and "namespace" not in parent, kind
         listener = listeners[parent["sectionName"]]
@@ -727,7 +772,7 @@ def test_routes_balance_per_request_through_the_gateway(objects, triton):
 
     assert match["method"]["service"] == service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
     assert "method" not in match["method"], "every method of the service"
-    (rule,) = find(objects, "HTTPRoute")["spec"]["rules"]
+    (rule,) = find(objects, "HTTPRoute", "vision-serving")["spec"]["rules"]
     (match,) = rule["matches"]
     assert match["path"] == {"type": "PathPrefix", "value": "/v2"}
     for probe in ("startupProbe", "readinessProbe"):
@@ -743,17 +788,17 @@ def test_the_gateway_class_is_set_in_one_place():
 def test_stable_track_selectors(objects):
     """The base runs the stable track: its Deployment, the client Service, PDB and HPA select track: stable;
     the NetworkPolicy and the metrics Service select every track; Prometheus gets the track label."""
-    deployment = find(objects, "Deployment")
+    deployment = find(objects, "Deployment", "vision-serving")
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector["track"] == "stable" and labels_match(selector, deployment["spec"]["template"]["metadata"]["labels"])
     assert find(objects, "Service", "vision-serving")["spec"]["selector"] == selector
-    assert find(objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == selector
-    assert find(objects, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert find(objects, "PodDisruptionBudget", "vision-serving")["spec"]["selector"]["matchLabels"] == selector
+    assert find(objects, "HorizontalPodAutoscaler", "vision-serving")["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
     every_track = {k: v for k, v in selector.items() if k != "track"}
-    assert find(objects, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"] == every_track
+    assert find(objects, "NetworkPolicy", "vision-serving")["spec"]["podSelector"]["matchLabels"] == every_track
     metrics = find(objects, "Service", "vision-serving-metrics")
     assert metrics["spec"]["selector"] == every_track
-    monitor = find(objects, "ServiceMonitor")
+    monitor = find(objects, "ServiceMonitor", "vision-serving")
     assert labels_match(monitor["spec"]["selector"]["matchLabels"], metrics["metadata"]["labels"])
     (endpoint,) = monitor["spec"]["endpoints"]
     from devtools.canary import parse_args
@@ -772,6 +817,7 @@ def test_the_canary_overlay_validates(canary_manifests):
         ("Deployment", "vision-serving-canary"),
         ("GRPCRoute", "vision-serving"),
         ("HTTPRoute", "vision-serving"),
+        ("PersistentVolumeClaim", "plan-cache"),  # the base's claim, the same object: the canary's pods share it
         ("Service", "vision-serving-canary"),
     ], "weights.yaml is local-config: never applied"
     assert {o["metadata"]["namespace"] for o in canary_manifests["objects"]} == {"vision-serving"}
@@ -791,9 +837,9 @@ def test_canary_routes_split_by_the_weights(canary_cluster):
 
     target = KubernetesTarget()
     assert sorted(target.routes) == sorted(f"{kind.lower()}/vision-serving" for kind in ROUTE_PORTS)
-    weights = [route_backends(find(canary_cluster, kind)) for kind in ROUTE_PORTS]
+    weights = [route_backends(find(canary_cluster, kind, "vision-serving")) for kind in ROUTE_PORTS]
     for kind, backends in zip(ROUTE_PORTS, weights, strict=True):
-        assert target.rule_index == 0 and len(find(canary_cluster, kind)["spec"]["rules"]) == 1
+        assert target.rule_index == 0 and len(find(canary_cluster, kind, "vision-serving")["spec"]["rules"]) == 1
         assert [b["name"] for b in backends] == [target.stable_service, target.canary_service]
         assert [backends[target.stable_ref_index]["name"], backends[target.canary_ref_index]["name"]] == [
             target.stable_service,
@@ -809,7 +855,9 @@ def test_canary_routes_split_by_the_weights(canary_cluster):
 
 
 def test_each_track_has_its_deployment_and_service(canary_cluster):
-    deployments = {d["metadata"]["labels"]["track"]: d for d in canary_cluster if d["kind"] == "Deployment"}
+    deployments = {
+        d["metadata"]["labels"]["track"]: d for d in canary_cluster if d["kind"] == "Deployment" and "track" in d["metadata"]["labels"]
+    }
     assert set(deployments) == set(TRACKS)
     services = {
         "stable": find(canary_cluster, "Service", "vision-serving"),
@@ -824,11 +872,11 @@ def test_each_track_has_its_deployment_and_service(canary_cluster):
             assert selects == owns == (other == track), f"{other} selects {track} pods: {selects}, {owns}"
         # Every track is scraped (metrics Service), admitted by the NetworkPolicy, spread with the others.
         assert labels_match(find(canary_cluster, "Service", "vision-serving-metrics")["spec"]["selector"], template)
-        assert labels_match(find(canary_cluster, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"], template)
-    budget = find(canary_cluster, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"]
+        assert labels_match(find(canary_cluster, "NetworkPolicy", "vision-serving")["spec"]["podSelector"]["matchLabels"], template)
+    budget = find(canary_cluster, "PodDisruptionBudget", "vision-serving")["spec"]["selector"]["matchLabels"]
     assert labels_match(budget, deployments["stable"]["spec"]["template"]["metadata"]["labels"])
     assert not labels_match(budget, deployments["canary"]["spec"]["template"]["metadata"]["labels"]), "one canary pod: no budget"
-    (hpa,) = [o for o in canary_cluster if o["kind"] == "HorizontalPodAutoscaler"]
+    hpa = find(canary_cluster, "HorizontalPodAutoscaler", "vision-serving")
     assert hpa["spec"]["scaleTargetRef"]["name"] == deployments["stable"]["metadata"]["name"]
     assert deployments["canary"]["spec"]["replicas"] == 1
 
@@ -1028,6 +1076,20 @@ def bad_share(tmp_path: Path) -> Path:
     return root
 
 
+def test_the_entry_script_checks_the_node_s_driver_in_one_line(tmp_path, triton):
+    """vision_serving.cuda_driver before tritonserver (NVIDIA's entrypoint, which the image replaces, checked for a driver):
+    here, with no driver, a warning and the CPU configs still serve; in the Deployment (VISION_SERVING_REQUIRE_GPU=1) the
+    pod stops with one error line before tritonserver starts."""
+    assert {"name": "VISION_SERVING_REQUIRE_GPU", "value": "1"} in triton["env"]
+    completed = run_entry_script([f"{ROOT_FLAG}={layout.MODEL_REPOSITORY}"], tmp_path)
+    assert completed.returncode == 0 and completed.stdout, completed.stderr
+    (warning,) = [line for line in completed.stderr.splitlines() if "driver" in line]
+    assert warning.startswith(f"{ENTRY_COMMAND}: warning: no NVIDIA driver in this container")
+    completed = run_entry_script([f"{ROOT_FLAG}={layout.MODEL_REPOSITORY}"], tmp_path, VISION_SERVING_REQUIRE_GPU="1")
+    assert completed.returncode == 1 and completed.stdout == "", "tritonserver must not start"
+    assert completed.stderr.splitlines()[-1].startswith(f"{ENTRY_COMMAND}: error: no NVIDIA driver in this container")
+
+
 @pytest.mark.parametrize("case", ["empty", "missing", "model-repository", "bad-share"])
 def test_the_entry_script_fails_in_one_clear_line(tmp_path, case):
     empty = tmp_path / "empty"
@@ -1170,7 +1232,7 @@ def test_the_server_image_checks_the_builder_images_tensorrt_while_it_builds():
     text = DOCKERFILES["server"].read_text()
     assert re.search(r"^FROM nvcr\.io/nvidia/tensorrt:\$\{TRITON_RELEASE\}-py3 AS builder-tensorrt$", text, re.MULTILINE)
     assert "COPY --from=builder-tensorrt /builder-tensorrt-version" in text
-    assert re.search(r"^RUN /opt/venv/bin/python -m builders\.tensorrt_engine same-tensorrt \\$", text, re.MULTILINE)
+    assert re.search(r"^RUN /opt/venv/bin/python -m builders same-tensorrt \\$", text, re.MULTILINE)
 
 
 def test_the_builder_image_bakes_its_build_environments():

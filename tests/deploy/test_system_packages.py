@@ -120,3 +120,50 @@ def test_root_installs_jemalloc_when_the_library_is_missing(tmp_path):
     assert completed.returncode == 2 and completed.stderr.splitlines()[-1].startswith(
         "system-packages: error: libjemalloc.so.2 still missing"
     )
+
+
+def test_root_installs_the_browser_and_its_driver_when_debians_are_missing(tmp_path):
+    """The page test's chromium and chromedriver are looked for in Debian's folder (BROWSER_DIR here: an empty one)."""
+    bin_dir, browsers = tmp_path / "bin", tmp_path / "browsers"
+    browsers.mkdir()
+    log = tmp_path / "apt-get.log"
+    fake(bin_dir, "id", "echo 0")
+    for tool in ("prometheus", "promtool", "nginx"):
+        fake(bin_dir, tool, "")
+    fake(
+        bin_dir,
+        "apt-get",
+        f'echo "$*" >> {log}; [ "$1" = install ] && touch {browsers}/chromium {browsers}/chromedriver && chmod +x {browsers}/*; true',
+    )
+    completed = run(bin_dir, tmp_path, BROWSER_DIR=str(browsers), JEMALLOC_GLOB="/")
+    assert completed.returncode == 0, completed.stderr
+    assert log.read_text().splitlines()[-1] == "install -y -qq --no-install-recommends chromium chromium-driver"
+    assert completed.stderr.splitlines() == ["system-packages: installing chromium chromium-driver (apt-get)..."]
+
+
+def test_root_installs_the_stream_tests_packages_when_their_files_are_missing(tmp_path):
+    """The RTSP server's GStreamer bindings and plugins and chromium are files (SYSTEM_ROOT here is empty)."""
+    bin_dir = tmp_path / "bin"
+    log = tmp_path / "apt-get.log"
+    root = tmp_path / "root"
+    browsers = tmp_path / "browsers"  # chromium is the browser test's tool, found apart (BROWSER_DIR)
+    browsers.mkdir()
+    (browsers / "chromium").touch(mode=0o755)
+    (browsers / "chromedriver").touch(mode=0o755)
+    fake(bin_dir, "id", "echo 0")
+    for tool in ("prometheus", "promtool", "nginx"):
+        fake(bin_dir, tool, "")
+    files = [
+        "usr/lib/x86_64-linux-gnu/girepository-1.0/GstRtspServer-1.0.typelib",
+        "usr/lib/python3/dist-packages/gi/__init__.py",
+        "usr/lib/x86_64-linux-gnu/gstreamer-1.0/libgstisomp4.so",
+        "usr/lib/x86_64-linux-gnu/gstreamer-1.0/libgstvideoparsersbad.so",
+    ]
+    touch = "; ".join(f"/bin/mkdir -p {(root / f).parent}; /usr/bin/touch {root / f}" for f in files)
+    fake(bin_dir, "apt-get", f'echo "$*" >> {log}; if [ "$1" = install ]; then {touch}; fi; true')
+    completed = run(bin_dir, tmp_path, SYSTEM_ROOT=str(root), BROWSER_DIR=str(browsers), JEMALLOC_GLOB="/")
+    assert completed.returncode == 0, completed.stderr
+    wanted = "gir1.2-gst-rtsp-server-1.0 python3-gi gstreamer1.0-plugins-good gstreamer1.0-plugins-bad"
+    assert log.read_text().splitlines()[-1] == f"install -y -qq --no-install-recommends {wanted}"
+    completed = run(bin_dir, tmp_path, SYSTEM_ROOT=str(root), BROWSER_DIR=str(browsers), JEMALLOC_GLOB="/")
+    assert completed.returncode == 0 and completed.stderr == ""

@@ -22,10 +22,8 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -41,8 +39,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from builders import photos, tflite
 from builders.artifacts import sha256_file
-from devtools.loadgen import free_port
-from tests.support import references, yolo
+from tests.support import references, serve_script, yolo, yolo_exports
 from vision_serving import image_codec, layout
 from vision_serving.onnx_core import create_session
 from vision_serving.pipeline_configs import PipelineConfigs
@@ -186,17 +183,14 @@ def own_classifier(clone, builds, tmp_path_factory) -> Future[str]:
     edit(recipe, r"^exclude = .*?$", "exclude = []")
     edit(recipe, r"^samples = .*?$", "samples = 64")
     edit(recipe, r"^\[golden\].*", "[golden]\n")
-    # 4. The configs: your model's input size and class count in the core's config.pbtxt (the command carries them
-    # to its CPU variants, the preprocess's pixels and the postprocess's logits), and its preprocessing.
-    core = folder / f"{CLASSIFIER}_core" / "config.pbtxt"
-    edit(core, r"^    dims: \[ 3, 224, 224 \]", "    dims: [ 3, 32, 32 ]")
-    edit(core, r"dims: \[ 1000 \]", "dims: [ 4 ]")
+    # 4. The spec's serving part: your model's input size and class count ([core]: the command carries them to every
+    # config), its preprocessing and its top k; then the command.
+    edit(recipe, r"dims = \[3, 224, 224\]", "dims = [3, 32, 32]")
+    edit(recipe, r"dims = \[1000\]", "dims = [4]")
+    edit(recipe, r"^resize_shorter_side = 256$", "resize_shorter_side = 36")
+    edit(recipe, r"^mean = \[.*?\]$", "mean = [127.5, 127.5, 127.5]")
+    edit(recipe, r"^top_k = 5$", "top_k = 2")
     run("-m", "builders", "configs", "--pipeline", CLASSIFIER, *where)
-    preprocess = folder / f"{CLASSIFIER}_preprocess" / "config.pbtxt"
-    edit(preprocess, r'"resize_shorter_side", value: \{ string_value: "256" \}', '"resize_shorter_side", value: { string_value: "36" }')
-    edit(preprocess, r'"mean", value: \{ string_value: "[^"]*" \}', '"mean", value: { string_value: "127.5,127.5,127.5" }')
-    postprocess = folder / f"{CLASSIFIER}_postprocess" / "config.pbtxt"
-    edit(postprocess, r'"top_k", value: \{ string_value: "5" \}', '"top_k", value: { string_value: "2" }')
     # 5. Check, then build.
     assert "ok: " in run("-m", "vision_serving.consistency", "--repository", str(clone))
     return build(builds, CLASSIFIER, clone)
@@ -216,8 +210,9 @@ def landscape_segmenter(clone, builds) -> Future[str]:
     recipe = folder / "pipeline.toml"
     edit(recipe, r'^member = ".*?"$', f'member = "{LANDSCAPE_MEMBER}"')
     edit(recipe, r'^sha256 = ".*?"$', f'sha256 = "{member_sha256}"')
-    # Its input and output are 144 high, 256 wide: the core's config.pbtxt, then the command for the other configs.
-    edit(folder / f"{SEGMENTER}_core" / "config.pbtxt", r"256, 256", "144, 256")
+    # Its input and output are 144 high, 256 wide: the core's tensors in the spec, then the command for every config.
+    edit(recipe, r"dims = \[256, 256, 3\]", "dims = [144, 256, 3]")
+    edit(recipe, r"dims = \[256, 256, 1\]", "dims = [144, 256, 1]")
     run("-m", "builders", "configs", "--pipeline", SEGMENTER, *where)
     assert "ok: " in run("-m", "vision_serving.consistency", "--repository", str(clone))
     return build(builds, SEGMENTER, clone)
@@ -236,7 +231,7 @@ def yolo_models(trained, tmp_path_factory) -> dict[str, Path]:
     """The model file of each detector pipeline, as a user would have it (outside the repository)."""
     folder = tmp_path_factory.mktemp("downloads")
     files = {kind: trained / f"{kind}.onnx" for kind in ("yolo", "end2end", "dynamic", "dynamic_nms")}
-    files["yolo_v5"] = yolo.to_yolo_v5(files["yolo"], folder / "yolov5_layout.onnx")
+    files["yolo_v5"] = yolo_exports.to_yolo_v5(files["yolo"], folder / "yolov5_layout.onnx")
     return {name: shutil.copy(files[kind], folder / f"{name}.onnx") for name, kind in DETECTORS.items()}
 
 
@@ -355,26 +350,11 @@ def test_each_model_touched_only_its_own_pipeline_folder(clone, brought, project
 @pytest.fixture(scope="module")
 def server(clone, brought, tmp_path_factory) -> Iterator[dict[str, str]]:
     """``./scripts/serve`` for the new pipelines (it checks their builds are up to date), on free ports."""
-    ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    command = [str(ROOT / "scripts" / "serve"), "--model-repository", str(clone)]
-    command += [argument for name in brought for argument in ("--pipeline", name)]
-    command += ["--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"])]
-    with open(log, "wb") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 600
-        while "serve: ready" not in log.read_text():  # printed once Triton reports every model ready
-            assert process.poll() is None, f"serve exited {process.returncode}:\n{log.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"serve was not ready in 600 s:\n{log.read_text()[-4000:]}"
-            time.sleep(1)
-        with urllib.request.urlopen(f"http://localhost:{ports['http']}/v2/health/ready", timeout=5) as response:
+    with serve_script.serving(clone, list(brought), tmp_path_factory.mktemp("serve") / "serve.log") as served:
+        with urllib.request.urlopen(f"http://{served['http']}/v2/health/ready", timeout=5) as response:
             assert response.status == 200
-        assert f"serve: pipelines: {', '.join(brought)}" in log.read_text()
-        yield {"grpc": f"localhost:{ports['grpc']}", "http": f"localhost:{ports['http']}", "log": str(log)}
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=120)
+        assert f"serve: pipelines: {', '.join(brought)}" in Path(served["log"]).read_text()
+        yield served
 
 
 def infer(server, model: str, images: list[bytes], outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -434,14 +414,21 @@ def served_detections(server, name: str, images: list[bytes], batch: int) -> lis
     return found
 
 
+@pytest.fixture(scope="module")
+def predicted(yolo_models, scenes) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Ultralytics' predictor on each detector's model file (one run for all). It decodes its own layouts only: the
+    YOLOv5-layout file is the yolo export rewritten (the same network, the same scores), so its reference is the
+    predictor on that export."""
+    found = yolo_exports.references({name: path for name, path in yolo_models.items() if name != "shapes_v5"}, scenes)
+    return {**found, "shapes_v5": found["shapes_yolo"]}
+
+
 @pytest.mark.parametrize("name", DETECTORS)
-def test_detections_equal_ultralytics_predictor(server, yolo_models, scenes, name):
+def test_detections_equal_ultralytics_predictor(server, predicted, scenes, name):
     """Same count and classes per photo, each box matched with IoU >= 0.99 and its score within 0.001, the labels the
     model's names: at FP32 (the CPU's served core), and on a landscape input for yolo and yolo_v5."""
     names = sorted(scenes)
-    # Ultralytics' predictor decodes its own layouts only: the YOLOv5-layout file is the yolo export rewritten (the same
-    # network, the same scores), so its reference is the predictor on that export.
-    expected = yolo.reference(yolo_models["shapes_yolo" if name == "shapes_v5" else name], scenes)
+    expected = predicted[name]
     batch = 1 if DETECTORS[name] == "end2end" else 4  # the static nms=True export serves batch 1; the dynamic one 4
     served = served_detections(server, name, [scenes[n] for n in names], batch)
     assert sum(len(expected[n]["scores"]) for n in names) >= len(names)  # the model finds shapes: a real comparison
@@ -456,11 +443,11 @@ def test_detections_equal_ultralytics_predictor(server, yolo_models, scenes, nam
             assert scores[i] == pytest.approx(reference["scores"][j], abs=1e-3)
 
 
-def test_detect_client_prints_the_labels(server, scenes, tmp_path, yolo_models):
+def test_detect_client_prints_the_labels(server, scenes, tmp_path, predicted):
     name = sorted(scenes)[1]
     path = tmp_path / name
     path.write_bytes(scenes[name])
-    expected = yolo.reference(yolo_models["shapes_yolo"], {name: scenes[name]})[name]
+    expected = predicted["shapes_yolo"][name]  # the predictor answers each photo alone
     result = subprocess.run(
         [str(ROOT / "scripts" / "detect"), "--url", server["grpc"], "--model", "shapes_yolo", "--json", str(path)],
         capture_output=True,

@@ -3,6 +3,7 @@ and the curl example, on a real tritonserver."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from devtools import client, clients
 from devtools.loadgen import free_port
-from vision_serving import layout
+from vision_serving import layout, model_config
 from vision_serving.tasks import registry
 
 REPOSITORY_ROOT = layout.REPOSITORY_ROOT
@@ -140,7 +141,7 @@ def test_pipeline_interface_is_read_from_the_server(triton_server):
     connection = client.TritonConnection("grpc", triton_server.grpc_url, timeout=10)
     try:
         interface = connection.pipeline_interface("image_classifier")
-        assert interface == client.PipelineInterface(
+        assert dataclasses.replace(interface, task_parameters={}) == client.PipelineInterface(
             name="image_classifier",
             task=CLASSIFICATION,
             image_input="IMAGE",
@@ -148,6 +149,10 @@ def test_pipeline_interface_is_read_from_the_server(triton_server):
             outputs={"labels": "LABELS", "scores": "SCORES", "class_ids": "CLASS_IDS"},
             max_batch_size=32,
         )
+        # The postprocess step's parameters, as served (what a client may read, e.g. the keypoints' names).
+        postprocess = model_config.load_config(layout.pipeline("image_classifier").model_dir("postprocess"))
+        assert interface.task_parameters["task"] == "classification"
+        assert interface.task_parameters["top_k"] == model_config.parameter(postprocess, "top_k")
         assert connection.pipeline_interface("face_detector").task is registry.task("detection")
         with pytest.raises(client.ClientError, match="model 'person_segmenter' is a segmentation pipeline, not classification"):
             connection.pipeline_interface("person_segmenter", CLASSIFICATION)

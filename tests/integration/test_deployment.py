@@ -16,6 +16,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+from tritonclient.utils import InferenceServerException
 
 from devtools import model_image
 from tests.support.deployment import (
@@ -139,7 +140,10 @@ def test_metric_names_used_exist_on_the_real_server(production_server, objects, 
         image.set_data_from_numpy(np.array([[photo_bytes["coffee"]]] * DRIFT_BATCH, dtype=np.object_))
         sent = [client.async_infer(pipeline.name, [image]) for pipeline in waiting for _ in range(DRIFT_CONCURRENCY)]
         for request in sent:
-            request.get_result()
+            try:
+                request.get_result()
+            except InferenceServerException as error:  # a request the queue policy timed out is load shed, as designed:
+                assert "Request timeout expired" in str(error), error  # the windows fill from the next round
         with urllib.request.urlopen(f"http://localhost:{production_server.metrics_port}/metrics", timeout=10) as response:
             exposition = response.read().decode()
         exported = set(re.findall(r"^((?:nv|vision)_[a-z_]+?)(?:_count|_sum)?[{ ]", exposition, re.MULTILINE))

@@ -62,7 +62,7 @@ def small_window_copy(destination: Path) -> Path:
         config = root / PIPELINE / model / "config.pbtxt"
         text = config.read_text()
         for key, value in SETTINGS.items():
-            text, count = re.subn(rf'(key: "{key}", value: {{ string_value: )"\d+"', rf'\1"{value}"', text)
+            text, count = re.subn(rf'(key: "{key}" value {{ string_value: )"\d+"', rf'\1"{value}"', text)
             assert count == 1, (config, key)
         config.write_text(text)
     return root

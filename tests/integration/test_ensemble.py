@@ -139,7 +139,7 @@ def test_batch_mixing_good_and_bad_images(request, sizing, photo_bytes):
             assert isinstance(outcome, str) and outcome in GOLDEN["chelsea"] | {"espresso"}
         else:
             assert isinstance(outcome, InferenceServerException), f"{kind} was accepted"
-            assert is_invalid_argument(outcome), outcome
+            assert is_invalid_argument(outcome), (kind, outcome.status(), outcome.message())
             assert BAD_PAYLOADS[kind][1] in outcome.message(), outcome.message()
     # Some bad requests must have shared a batch with good ones for this test to mean anything.
     stats = client.get_inference_statistics("image_classifier_preprocess", as_json=True)["model_stats"][0]

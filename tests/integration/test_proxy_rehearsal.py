@@ -143,7 +143,7 @@ def fleet(built_repository, tmp_path_factory) -> Iterator[Fleet]:
     copy_repository(built_repository / MODEL, bad_repository / MODEL)
     preprocess = bad_repository / MODEL / f"{MODEL}_preprocess" / "config.pbtxt"
     text = preprocess.read_text()
-    good_limit = '{ key: "max_image_pixels", value: { string_value: "50000000" } }'
+    good_limit = '{ key: "max_image_pixels" value { string_value: "50000000" } }'
     assert good_limit in text
     preprocess.write_text(text.replace(good_limit, good_limit.replace("50000000", BAD_LIMIT)))
 

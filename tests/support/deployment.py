@@ -39,7 +39,15 @@ DOCKER = ROOT / "docker"
 DOCKERFILES = {"server": DOCKER / "server.Dockerfile", "builder": DOCKER / "builder.Dockerfile"}
 
 
+GATEWAY_DOCKERFILE = DOCKER / "gateway.Dockerfile"
+
+
+GATEWAY_K8S = K8S / "image-gateway"
+
+
 MODELS_DOCKERFILE = DOCKER / "models.Dockerfile"
+# The stream service's image (tests/deploy/test_streams_deployment.py).
+STREAMS_DOCKERFILE = DOCKER / "streams.Dockerfile"
 
 
 CANARY = K8S / "overlays" / "canary"
@@ -61,6 +69,8 @@ BUILD_SCRIPT = DOCKER / "build_artifacts.sh"
 
 
 ENTRY_COMMAND = "tritonserver-pipelines"  # where server.Dockerfile installs ENTRY_SCRIPT
+# NVIDIA's image entrypoint, kept in front of ENTRY_COMMAND (its parts set up CUDA forward compatibility)
+NVIDIA_ENTRYPOINT = "/opt/nvidia/nvidia_entrypoint.sh"
 
 
 LIVENESS_SCRIPT = DOCKER / "triton-liveness.sh"
@@ -220,7 +230,7 @@ def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> d
 
 @pytest.fixture(scope="session")
 def pod_spec(objects) -> dict[str, Any]:
-    return find(objects, "Deployment")["spec"]["template"]["spec"]
+    return find(objects, "Deployment", "vision-serving")["spec"]["template"]["spec"]
 
 
 @pytest.fixture(scope="session")

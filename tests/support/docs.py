@@ -257,3 +257,140 @@ def source_candidates(text: str) -> list[str]:
     """The repository paths of committed results (``benchmarks/results/...``) and tests (``tests/...py``) a text
     names, in code spans, links or prose."""
     return [match.group(1).rstrip(".") for match in SOURCE.finditer(text)]
+
+
+def figure_numbers(text: str) -> list[tuple[str, str]]:
+    """(figure, each number it states) of a text's figures: a range gives both ends, ``59/60 lines`` both counts,
+    ``cosine 0.998`` the value (never the digits of a metric's name, ``p95``)."""
+    found = []
+    for match in FIGURE.finditer(prose(text)):
+        stated = match.group(1) or match.group(2) or match.group(3) or ""
+        for number in re.findall(r"\d[\d,]*(?:\.\d+)?(?:e-?\d+)?", stated):
+            found.append((match.group(0).strip(), number))
+    return found
+
+
+SOURCE_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\d])")
+
+
+def numbers_in(text: str) -> list[float]:
+    """Every number of a text (thousands separators dropped), as a result file or a test states it."""
+    return [float(value) for value in SOURCE_NUMBER.findall(re.sub(r"(?<=\d),(?=\d{3}\b)", "", text))]
+
+
+def states(number: str, values: list[float], percent: bool = False) -> bool:
+    """Whether one of ``values`` is ``number`` as the docs round it (to its own decimals; a percentage also of a
+    fraction)."""
+    plain = number.replace(",", "")
+    decimals = len(plain.partition(".")[2]) if "e" not in plain else 12
+    wanted = float(plain)
+    scales = (1.0, 100.0) if percent else (1.0,)
+    return any(abs(round(value * scale, decimals) - wanted) <= 10**-decimals / 2 + 1e-12 for value in values for scale in scales)
+
+
+# --------------------------------------------------------------------------- documented examples
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One ``$`` command of a console example and what the doc shows it printing."""
+
+    block: Block
+    command: str
+    output: str
+
+
+def shown_commands(block: Block) -> list[Shown]:
+    """Each command of a ``console`` block, with the lines up to the next command (continuation lines joined)."""
+    if block.kind != "code" or block.language != "console":
+        return []
+    found: list[Shown] = []
+    command, output = "", []
+    for line in re.sub(r"\\\n\s*", " ", block.text).splitlines():
+        if line.startswith("$ "):
+            if command:
+                found.append(Shown(block, command, "\n".join(output)))
+            command, output = line[2:].strip(), []
+        elif command:
+            output.append(line)
+    if command:
+        found.append(Shown(block, command, "\n".join(output)))
+    return found
+
+
+def printed_blocks(blocks: list[Block]) -> list[tuple[Block, Block]]:
+    """(a Python code block, the block the doc says it prints): a ``python`` block, then a paragraph ``prints``, then
+    a code block."""
+    found = []
+    for first, said, printed in zip(blocks, blocks[1:], blocks[2:]):
+        if first.kind == "code" and first.language == "python" and said.text.strip() == "prints" and printed.kind == "code":
+            found.append((first, printed))
+    return found
+
+
+OUTPUT_TOKEN = re.compile(r"(\{\.\.\.\}|(?<![\w.])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w]))")
+NUMBER_GROUP = r"(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"
+
+
+def same_output(shown: str, actual: str) -> bool:
+    """Whether a program printed what the doc shows: the same text around the numbers (a run of spaces matching any
+    run), integers equal, and each number with decimals within one unit of its last shown digit (a score's last digit
+    moves with the CPU's floating point); an elided JSON object (``{...}``) stands for any object."""
+    pattern, said = "", []
+    for index, token in enumerate(OUTPUT_TOKEN.split(shown.strip())):
+        if index % 2:
+            if token == "{...}":
+                pattern += r"\{.*?\}"
+            else:
+                pattern += NUMBER_GROUP
+                said.append(token)
+        else:
+            pattern += "".join(r"\s+" if part.isspace() else re.escape(part) for part in re.split(r"(\s+)", token) if part)
+    matched = re.fullmatch(pattern, actual.strip(), re.DOTALL)
+    if not matched:
+        return False
+    for expected, got in zip(said, matched.groups()):
+        decimals = expected.partition(".")[2].partition("e")[0]
+        unit = 10.0 ** -len(decimals) * (10.0 ** int(expected.partition("e")[2]) if "e" in expected else 1.0)
+        if abs(float(expected) - float(got)) > (unit * 1.01 if decimals else 0):
+            return False
+    return True
+
+
+def message_pattern(shown: str) -> re.Pattern[str]:
+    """A documented message as the pattern of what the code prints: ``...`` (or ``…``) and ``<placeholder>`` stand for
+    any text, ``N``, ``M``, ``NAME``, ``X`` and ``Y`` for any word."""
+    parts = re.split(r"(\.\.\.|…|<[\w ]+>|\b(?:N|M|NAME|X|Y)\b)", shown)
+    pattern = ""
+    for part in parts:
+        if part in ("...", "…") or (part.startswith("<") and part.endswith(">")):
+            pattern += ".*?"
+        elif part in ("N", "M", "NAME", "X", "Y"):
+            pattern += r"\S+?"
+        else:
+            pattern += re.escape(part)
+    return re.compile(pattern, re.DOTALL)
+
+
+# Where a documented command's output is produced from the code: the tier of the test that runs it.
+# - integration (tests/integration/test_docs_examples.py): the clients and curl against the run's shared server;
+#   tests/integration/test_bring_your_own_model.py: new-pipeline on the tests' own YOLO export, and refusing a model
+#   that is no YOLO export;
+# - unit (tests/unit/test_docs.py): the capacity planner on the committed measurements.
+CLIENT_PROGRAMS = {"./scripts/classify", "./scripts/segment", "./scripts/detect", "./scripts/read-text", "scripts/curl_infer.sh", "head"}
+
+
+def example_tier(command: str) -> str | None:
+    """The tier whose test runs a documented command and compares its output with the doc's (None: no test does)."""
+    commands = shell_words(command)
+    words = commands[0] if commands else []
+    if not words:
+        return None
+    if words[0] in CLIENT_PROGRAMS:
+        return "integration"
+    python = bool(re.fullmatch(r"(?:\S*/)?python3?", words[0]))
+    if python and words[1:3] == ["-m", "benchmarks.capacity"]:
+        return "unit"
+    if python and words[1:4] == ["-m", "builders", "new-pipeline"] and "--from" in words and "yolo" in words:
+        return "integration"
+    return None

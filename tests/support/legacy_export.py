@@ -8,7 +8,7 @@ TF-"SAME" padding subgraph per padded convolution::
 
 with pads computed by ops at run time, and a dynamic batch dimension. This is
 what ``python -m builders check`` flags and ``python -m builders fix`` folds
-into static ``Conv`` pads. The production export (:mod:`builders.export_onnx`,
+into static ``Conv`` pads. The production export (:mod:`builders.sources.efficientnet_lite0`,
 dynamo) does not produce this; the tests use this export to exercise the
 surgery on a real model (``tests/onnx/builders/test_fix_onnx.py``).
 """
@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from builders.export_onnx import _quiet_torch, _weights_path, load_pytorch_model
+from builders.sources.efficientnet_lite0 import load_pytorch_model, quiet_torch, weights_path
 
 LEGACY_OPSET = 17
 BATCH_DIM = "batch"
@@ -31,7 +31,7 @@ INPUT_DIMS = (3, 224, 224)
 
 
 def export_legacy_onnx(
-    weights_path: Path | None = None,
+    weights: Path | None = None,
     opset: int = LEGACY_OPSET,
     input_dims: tuple[int, int, int] = INPUT_DIMS,
     torch_model: Any | None = None,
@@ -44,10 +44,10 @@ def export_legacy_onnx(
     import onnx
     import torch
 
-    model = torch_model if torch_model is not None else load_pytorch_model(weights_path or _weights_path())
+    model = torch_model if torch_model is not None else load_pytorch_model(weights or weights_path())
     example = torch.zeros((2, *input_dims), dtype=torch.float32)  # batch 2: not specialized to 1
     buffer = io.BytesIO()
-    with _quiet_torch(), torch.inference_mode(), warnings.catch_warnings():
+    with quiet_torch(), torch.inference_mode(), warnings.catch_warnings():
         # The exporter cannot fold the pads chain itself (it has a Slice with step -1): exactly the
         # subgraph the fix step folds; the warning says so once per padded conv.
         warnings.filterwarnings("ignore", message="Constant folding - Only steps=1")

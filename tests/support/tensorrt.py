@@ -1,4 +1,4 @@
-"""A tiny TensorRT-core pipeline and the builders CLI runner, for the tensorrt_engine tests (unit and gpu)."""
+"""A tiny TensorRT-core pipeline and the builders CLI runner, for the plan steps' tests (tests/unit/builders/tensorrt, tests/gpu)."""
 
 from __future__ import annotations
 

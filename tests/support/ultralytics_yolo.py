@@ -7,12 +7,15 @@ it imports only ultralytics, numpy and the standard library, never the project.
 
 Usage::
 
-    python tests/support/ultralytics_yolo.py train [--task detect] --data DATA --out DIR [--imgsz 128] [--wide 192] [--epochs 40] [--seed 0]
-    python tests/support/ultralytics_yolo.py predict --model MODEL.onnx [--task detect] --imgsz H,W --out OUT.npz IMAGE...
+    python tests/support/ultralytics_yolo.py train [--task detect] --data DATA --out DIR [--imgsz 128] [--wide 192] [--epochs 40]
+                                                   [--seed 0] [--width 0.25] [--init WEIGHTS.pt]
+    python tests/support/ultralytics_yolo.py predict [--task detect] --model MODEL.onnx --imgsz H,W --out OUT.npz [--model ...] IMAGE...
 
-``train`` trains a YOLOv8n of the task (``ARCHITECTURES``: ``yolov8n.yaml``, ``yolov8n-seg.yaml``...;
-no pretrained weights: none can be installed here) on the dataset the tests drew at ``imgsz`` x
-``imgsz``, then exports it to ONNX (:func:`exports`; a task other than detect: ``static.onnx`` and
+``train`` trains a YOLOv8n of the task (``ARCHITECTURES``: ``yolov8n.yaml``, ``yolov8n-seg.yaml``...; ``--width``
+another width multiple of the same layers, :func:`architecture`) on the dataset the tests drew at ``imgsz`` x
+``imgsz``: from scratch (no pretrained weights can be installed here), or from another of its trainings' weights
+(``--init DIR/weights.pt``: the layers whose names and shapes match, Ultralytics' transfer), then keeps its weights
+(``DIR/weights.pt``) and exports it to ONNX (:func:`exports`; a task other than detect: ``static.onnx`` and
 ``dynamic.onnx``). A detector's exports:
 ``DIR/yolo.onnx`` (static, the raw ``[1, 4 + C, A]`` head) at a landscape ``imgsz`` x ``wide``
 input (the network is fully convolutional: a non-square export of square training, as Ultralytics
@@ -66,7 +69,25 @@ def exports(task: str, imgsz: int, wide: int) -> list[tuple[str, int | list[int]
     ]
 
 
-def train(task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, seed: int) -> None:
+def architecture(task: str, width: float, folder: Path) -> str:
+    """The model to train: Ultralytics' yolov8n of the task, or, at another width multiple than yolov8n's 0.25, the
+    same layers (its depth, its channel limit) with ``width`` times the base channels: its yaml written in ``folder``,
+    under the same name (Ultralytics reads the scale, n, from it)."""
+    from ultralytics.nn.tasks import yaml_model_load
+    from ultralytics.utils import YAML
+
+    name = ARCHITECTURES[task]
+    config = yaml_model_load(name)
+    depth, base_width, channels = config["scales"]["n"]
+    if width == base_width:
+        return name
+    config = {key: value for key, value in config.items() if key not in ("scale", "yaml_file")}
+    config["scales"] = {"n": [depth, width, channels]}
+    YAML.save(folder / name, config)
+    return str(folder / name)
+
+
+def train(task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, seed: int, width: float, init: Path | None) -> None:
     import torch
     import ultralytics
     from ultralytics import YOLO
@@ -74,7 +95,9 @@ def train(task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, 
     started = time.time()
     exported_files = exports(task, imgsz, wide)
     with tempfile.TemporaryDirectory() as runs:
-        model = YOLO(ARCHITECTURES[task], task=task)
+        model = YOLO(architecture(task, width, Path(runs)), task=task)
+        if init is not None:  # Ultralytics' transfer: every layer whose name and shape match is copied
+            model.load(str(init))
         augment = {} if task == "classify" else {"mosaic": 0.0}
         results = model.train(
             data=str(data), imgsz=imgsz, epochs=epochs, batch=16, workers=0, device="cpu", seed=seed, deterministic=True,
@@ -82,6 +105,7 @@ def train(task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, 
         )  # fmt: skip
         weights = Path(runs) / "train" / "weights" / "last.pt"
         out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(weights, out / "weights.pt")  # what another task's training may start from (--init)
         for name, size, options in exported_files:
             exported = YOLO(str(weights), task=task).export(format="onnx", imgsz=size, **options)
             shutil.move(exported, out / f"{name}.onnx")
@@ -90,7 +114,9 @@ def train(task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, 
         "ultralytics": ultralytics.__version__,
         "torch": torch.__version__,
         "task": task,
-        "architecture": f"{ARCHITECTURES[task]} (no pretrained weights)",
+        "architecture": f"{ARCHITECTURES[task]} at width {width:g}",
+        "started_from": str(init) if init else "scratch (no pretrained weights)",
+        "parameters": sum(parameter.numel() for parameter in model.model.parameters()),
         "data": str(data),
         "imgsz": imgsz,
         "epochs": epochs,
@@ -103,10 +129,16 @@ def train(task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, 
     print(f"ultralytics_yolo: trained {task} {epochs} epochs in {record['seconds']} s, mAP50 {record['map50']}", file=sys.stderr)
 
 
-def predict(model_path: Path, task: str, imgsz: list[int], out: Path, images: list[str]) -> None:
-    """Every answer the predictor gives, per image ``i`` (see the module): boxes, scores, classes; and, as the task has
-    them, ``masks`` [K, H, W] uint8 in the image's pixels (``retina_masks=True``), ``keypoints`` [K, P, 3] (x, y,
-    score), ``rotated`` [K, 5] (cx, cy, w, h, angle) and ``corners`` [K, 4, 2], ``probs`` [C]."""
+def predict(models: list[tuple[Path, list[int], Path]], task: str, images: list[str]) -> None:
+    """Every answer the predictor gives for each (model file, imgsz, .npz to write) of ``models`` (one process for all
+    of them: Ultralytics and torch load once), per image ``i`` (see the module): boxes, scores, classes; and, as the
+    task has them, ``masks`` [K, H, W] uint8 in the image's pixels (``retina_masks=True``), ``keypoints`` [K, P, 3] (x,
+    y, score), ``rotated`` [K, 5] (cx, cy, w, h, angle) and ``corners`` [K, 4, 2], ``probs`` [C]."""
+    for model_path, imgsz, out in models:
+        predict_one(model_path, task, imgsz, out, images)
+
+
+def predict_one(model_path: Path, task: str, imgsz: list[int], out: Path, images: list[str]) -> None:
     from ultralytics import YOLO
 
     model = YOLO(str(model_path), task=task)
@@ -152,17 +184,23 @@ def main(argv: list[str] | None = None) -> int:
     training.add_argument("--wide", type=int, default=192, help="the width of the yolo export (its height is --imgsz)")
     training.add_argument("--epochs", type=int, default=40)
     training.add_argument("--seed", type=int, default=0)
+    training.add_argument("--width", type=float, default=0.25, help="the width multiple of yolov8n's layers (yolov8n: 0.25)")
+    training.add_argument("--init", type=Path, help="start from these weights (another training's weights.pt), not from scratch")
     predicting = steps.add_parser("predict")
-    predicting.add_argument("--model", type=Path, required=True)
+    predicting.add_argument("--model", type=Path, action="append", required=True, help="a model file (repeat: one process for several)")
     predicting.add_argument("--task", choices=sorted(ARCHITECTURES), default="detect")
-    predicting.add_argument("--imgsz", type=lambda text: [int(v) for v in text.split(",")], required=True, help="H,W")
-    predicting.add_argument("--out", type=Path, required=True)
+    predicting.add_argument(
+        "--imgsz", type=lambda text: [int(v) for v in text.split(",")], action="append", required=True, help="H,W (one per --model)"
+    )
+    predicting.add_argument("--out", type=Path, action="append", required=True, help="the .npz to write (one per --model)")
     predicting.add_argument("images", nargs="*")
     args = parser.parse_args(argv)
     if args.step == "train":
-        train(args.task, args.data, args.out, args.imgsz, args.wide, args.epochs, args.seed)
+        train(args.task, args.data, args.out, args.imgsz, args.wide, args.epochs, args.seed, args.width, args.init)
+    elif not len(args.model) == len(args.imgsz) == len(args.out):
+        parser.error("predict: one --imgsz and one --out per --model")
     else:
-        predict(args.model, args.task, args.imgsz, args.out, args.images)
+        predict(list(zip(args.model, args.imgsz, args.out)), args.task, args.images)
     return 0
 
 

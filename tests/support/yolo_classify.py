@@ -75,7 +75,7 @@ def write_dataset(root: Path, seed: int = 1) -> Path:
 
 def trained(log=print) -> Path:
     """The folder holding static.onnx, dynamic.onnx and training.json (trained once, cached)."""
-    return yolo.train_task("classify", write_dataset, Path(__file__), log, epochs=EPOCHS)
+    return yolo.train_task("classify", write_dataset, log, epochs=EPOCHS)
 
 
 def write_photos(count: int, seed: int) -> dict[str, bytes]:

@@ -6,8 +6,8 @@ arrowheads, turned up to 30 degrees, on flat colours and on crops of the package
 keypoints the shape's apex, left and right tips (``KEYPOINTS``), a tip outside the photo labelled
 not visible. :func:`write_dataset` writes them in Ultralytics' pose layout (``class cx cy w h px py
 v ...``, normalized; data.yaml with ``kpt_shape``, ``flip_idx`` and ``kpt_names``) and
-:func:`trained` has Ultralytics train a YOLOv8n-pose on them in a few minutes
-(:func:`tests.support.yolo.train_task`): its ``static.onnx`` and ``dynamic.onnx`` exports.
+:func:`trained` has Ultralytics train a YOLOv8n-pose on them (:func:`tests.support.yolo.train_task`), starting from the
+detector's weights (its layers already see shapes: ``EPOCHS`` are enough): its ``static.onnx`` and ``dynamic.onnx`` exports.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.support import yolo
 CLASSES = ("triangle", "arrowhead")
 KEYPOINTS = ("apex", "left", "right")
 FLIP = (0, 2, 1)  # a horizontal flip swaps the left and right tips
-EPOCHS = 40
+EPOCHS = 15  # from the detector's weights (yolo.trained): its layers already see shapes
 TRAIN_IMAGES = 240
 VAL_IMAGES = 16
 OUTSIDE = 0.2  # the share of shapes moved so that one tip leaves the photo (that keypoint: not visible)
@@ -92,7 +92,7 @@ def write_dataset(root: Path, seed: int = 1) -> Path:
 
 def trained(log=print) -> Path:
     """The folder holding static.onnx, dynamic.onnx and training.json (trained once, cached)."""
-    return yolo.train_task("pose", write_dataset, Path(__file__), log, epochs=EPOCHS)
+    return yolo.train_task("pose", write_dataset, log, epochs=EPOCHS, width=yolo.WIDTH, start_from=yolo.trained(log))
 
 
 def write_scenes(folder: Path, count: int, seed: int) -> dict[str, bytes]:

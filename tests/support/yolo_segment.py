@@ -5,7 +5,7 @@ No pretrained segmentation model can be installed on these machines, so the test
 square turned up to 45 degrees, a triangle) that never overlap, on flat colours and on crops of the
 package photos (one in three), in colours that stand out; each shape's outline is its label. :func:`write_dataset` writes them in Ultralytics'
 segment layout (``class x1 y1 x2 y2 ...``: the polygon, normalized) and :func:`trained` has
-Ultralytics train a YOLOv8n-seg on them in a few minutes (:func:`tests.support.yolo.train_task`):
+Ultralytics train a YOLOv8n-seg on them (:func:`tests.support.yolo.train_task`), starting from the detector's weights:
 its ``static.onnx`` and ``dynamic.onnx`` exports. The model only has to give real outputs (boxes and
 masks above the predictor's thresholds), not good ones.
 """
@@ -18,9 +18,10 @@ import cv2
 import numpy as np
 
 from tests.support import yolo
+from vision_serving.tasks.segmentation import decode_png
 
 CLASSES = ("disc", "square", "triangle")
-EPOCHS = 40
+EPOCHS = 15  # from the detector's weights (yolo.trained): its layers already see shapes
 TRAIN_IMAGES = 120
 VAL_IMAGES = 8
 DISC_POINTS = 48  # a disc's polygon: this many points on its circle
@@ -95,7 +96,7 @@ def write_dataset(root: Path, seed: int = 1) -> Path:
 
 def trained(log=print) -> Path:
     """The folder holding static.onnx, dynamic.onnx and training.json (trained once, cached)."""
-    return yolo.train_task("segment", write_dataset, Path(__file__), log, epochs=EPOCHS)
+    return yolo.train_task("segment", write_dataset, log, epochs=EPOCHS, width=yolo.WIDTH, start_from=yolo.trained(log))
 
 
 def write_scenes(count: int, seed: int) -> dict[str, bytes]:
@@ -113,3 +114,12 @@ def write_scenes(count: int, seed: int) -> dict[str, bytes]:
         assert ok
         written[f"segment_{index:03d}{suffix}"] = data.tobytes()
     return written
+
+
+def placed(png: bytes, mask_box: np.ndarray, height: int, width: int) -> np.ndarray:
+    """A MASKS PNG at its MASK_BOXES in a canvas of the photo's size (bool)."""
+    canvas = np.zeros((height, width), bool)
+    x0, y0, x1, y1 = (int(v) for v in mask_box)
+    if png:
+        canvas[y0:y1, x0:x1] = decode_png(bytes(png)) > 0
+    return canvas

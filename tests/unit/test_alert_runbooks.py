@@ -11,6 +11,8 @@ import yaml
 from vision_serving import layout
 
 RUNBOOKS_PATH = "/blob/main/docs/runbooks.md#"
+# The stream service's alerts (their runbooks are docs/streams.md's, checked in tests/deploy/test_streams_deployment.py).
+STREAM_RULE = layout.REPOSITORY_ROOT / "k8s" / "streams" / "prometheusrule.yaml"
 
 
 def alerts() -> list[dict]:
@@ -66,11 +68,12 @@ def test_runbook_links_inside_the_runbooks_resolve():
 
 
 def test_the_rule_file_names_the_repository_only_through_its_runbook_urls():
-    """A fork edits pyproject.toml and the rule file: no other copy of the URL in k8s/."""
+    """A fork edits pyproject.toml and the rule files (the server's, the stream service's): no other copy of the URL in k8s/."""
     url = repository_url()
     text = layout.PROMETHEUS_RULE.read_text()
     assert text.count(url) == len(alerts())
-    others = [
-        p for p in (layout.REPOSITORY_ROOT / "k8s").rglob("*") if p.is_file() and p != layout.PROMETHEUS_RULE and url in p.read_text()
-    ]
+    stream_alerts = [r for g in yaml.safe_load(STREAM_RULE.read_text())["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert STREAM_RULE.read_text().count(url) == len(stream_alerts)
+    rule_files = (layout.PROMETHEUS_RULE, STREAM_RULE)
+    others = [p for p in (layout.REPOSITORY_ROOT / "k8s").rglob("*") if p.is_file() and p not in rule_files and url in p.read_text()]
     assert not others, others

@@ -16,7 +16,14 @@ from vision_serving import layout
 ROOT = layout.REPOSITORY_ROOT
 SET_NAMES = [lock_set.name for lock_set in lock.SETS]
 # Import name -> distribution, where they differ.
-DISTRIBUTION = {"cv2": "opencv-python-headless", "google": "protobuf", "PIL": "pillow", "_pi_heif": "pi-heif"}
+# nvidia: the namespace package whose only import in vision_serving is DALI (nvidia.dali, the GPU pixel path).
+DISTRIBUTION = {
+    "cv2": "opencv-python-headless",
+    "google": "protobuf",
+    "PIL": "pillow",
+    "_pi_heif": "pi-heif",
+    "nvidia": "nvidia-dali-cuda130",
+}
 # Third-party modules vision_serving imports that the serving image need not have, and why.
 NOT_SERVED = {
     "onnx": "vision_serving.consistency.check_onnx (offline checks by the builders and tests), imported inside the function",
@@ -113,7 +120,16 @@ def test_the_builder_set_leaves_out_torch_and_its_cuda_packages():
 def test_the_dev_set_takes_the_cpu_torch():
     pinned = lock.read_lock(lock.BY_NAME["dev"].lock)
     assert pinned["torch"].version.endswith("+cpu") and len(pinned["torch"].hashes) == 1
-    assert nvidia_packages(pinned) == {"nvidia-ml-py", "nvidia-pytriton"}
+    # DALI and the codecs it loads (image.in: the GPU pixel path; its CPU operators run the parity tests here): no CUDA runtime.
+    dali = {
+        "nvidia-dali-cuda130",
+        "nvidia-nvimgcodec-cu13",
+        "nvidia-nvjpeg",
+        "nvidia-nvjpeg2k-cu13",
+        "nvidia-nvtiff-cu13",
+        "nvidia-libnvcomp-cu13",
+    }
+    assert nvidia_packages(pinned) == {"nvidia-ml-py", "nvidia-pytriton", *dali}
 
 
 def test_modelopt_is_pinned_once():
@@ -156,3 +172,20 @@ def test_an_unknown_set_is_a_user_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         lock.main(["nosuchset"])
     assert exit_info.value.code == 2 and "unknown set 'nosuchset'" in capsys.readouterr().err
+
+
+def test_the_gateway_set_pins_the_serving_library_as_the_image_does_and_covers_its_imports():
+    """The gateway image (requirements/gateway.in) carries vision_serving's packages at the serving image's versions, no
+    core runtime, and every third-party module gateway/ imports."""
+    gateway, image = lock.read_lock(lock.BY_NAME["gateway"].lock), lock.read_lock(lock.BY_NAME["image"].lock)
+    shared = set(gateway) & set(image)
+    assert {"numpy", "opencv-python-headless", "protobuf", "simplejpeg", "pi-heif"} <= shared
+    assert {name: (gateway[name].version, image[name].version) for name in shared if gateway[name].version != image[name].version} == {}
+    assert not {"onnxruntime", "openvino", "scipy", "torch", "tensorrt"} & set(gateway)
+    distributions = {**DISTRIBUTION, "prometheus_client": "prometheus-client"}
+    imported = third_party_imports(ROOT / "gateway")
+    assert {"starlette", "tritonclient", "aiohttp", "numpy"} <= set(imported)
+    missing = {
+        module: sorted(files) for module, files in imported.items() if lock.normalize(distributions.get(module, module)) not in gateway
+    }
+    assert not missing, f"imported by gateway/ but not in requirements/gateway.in: {missing}"

@@ -1,8 +1,10 @@
-"""The unit tier is what its folder says: its test modules import no ONNX runtime or graph library.
+"""The unit tier is what its folder says: it imports no ONNX runtime, graph library or Triton server, conftest included.
 
 Each module of tests/unit is imported in one fresh interpreter (as pytest imports it), then the
 interpreter's ``sys.modules`` is read: a unit test that pulls in onnx, onnxruntime, OpenVINO or
-onnx-graphsurgeon, directly or through the product module it tests, belongs in tests/onnx.
+onnx-graphsurgeon, directly or through the product module it tests, belongs in tests/onnx. And the
+tier's whole collection (tests/conftest.py, its plugins and hooks, every test module) runs in an
+interpreter where those packages and the Triton server's are absent, as on a machine without them.
 (Starting a tritonserver is counted by tests/conftest.py's summary line.)
 """
 
@@ -10,13 +12,18 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 UNIT = Path(__file__).resolve().parent
 ROOT = UNIT.parent.parent
 HEAVY = ("onnx", "onnxruntime", "openvino", "onnx_graphsurgeon", "tensorrt")
+# Packages the unit tier runs without: those, and the Triton server's (nvidia-pytriton ships tritonserver).
+ABSENT = (*HEAVY, "tritonserver", "pytriton")
 
 PROBE = """
 import importlib.util, json, sys
@@ -93,3 +100,42 @@ def test_unit_test_modules_import_no_onnx_runtime_or_graph_library_later_either(
     assert not offenders, (
         f"unit test files that import {'/'.join(HEAVY)}, directly or through these modules (move the test to tests/onnx): {offenders}"
     )
+
+
+WITHOUT = """
+import json, sys
+absent, asked = set(json.loads(sys.argv[1])), set()
+
+
+class Absent:
+    \"\"\"A finder before all others: the packages named are not installed (and every import of them is noted).\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in absent:
+            asked.add(name)
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Absent())
+import pytest
+
+code = pytest.main(sys.argv[2:])
+print(json.dumps({"code": int(code), "asked": sorted(asked)}))
+"""
+
+
+def test_the_unit_tier_collects_and_runs_its_hooks_where_onnx_and_tritonserver_are_absent():
+    """``pytest tests/unit`` with onnx, the runtimes and the Triton server's packages uninstalled (a finder refuses
+    them): conftest, its plugins and every unit test module import, and its collection hooks run (every test collected,
+    then deselected by ``-k``: what the run needs starts at the end of collection), and nothing asked for them."""
+    arguments = ["-q", "-p", "no:cacheprovider", "-k", "not test_", str(UNIT)]
+    completed = subprocess.run(
+        [sys.executable, "-c", WITHOUT, json.dumps(ABSENT), *arguments], capture_output=True, text=True, cwd=ROOT, timeout=600, check=False
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    *output, result = completed.stdout.strip().splitlines()
+    found = json.loads(result)
+    assert found["asked"] == [], f"the unit tier's collection imports {found['asked']}"
+    assert found["code"] == pytest.ExitCode.NO_TESTS_COLLECTED, "\n".join(output[-40:])  # collected, all deselected; no error
+    assert re.search(r"\b(\d{3,}) deselected\b", "\n".join(output)), "\n".join(output[-40:])

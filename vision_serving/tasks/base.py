@@ -10,6 +10,7 @@ range of images (one response each) and the batch's drift features.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import drift, model_config, preprocessing
+from .. import drift, image_codec, model_config, preprocessing
 from ..model_config import ConfigError, ModelConfig
 
 # --------------------------------------------------------------------------- tensors by role
@@ -118,6 +119,8 @@ class Postprocessor(ABC):
         self.stage_models: dict[str, str] = {}
         # Each second stage's input and the outputs this postprocess reads from it, in order (role -> (input, outputs)).
         self.stage_tensors: dict[str, tuple[str, tuple[str, ...]]] = {}
+        # Each second stage's input datatype where it is not FP32 (role -> numpy dtype).
+        self.stage_dtypes: dict[str, type] = {}
 
     def use_stages(self, models: Mapping[str, Any]) -> None:
         """The second-stage models to call (role -> an async call: a batch in, the model's outputs out)."""
@@ -162,6 +165,11 @@ class Postprocessor(ABC):
     @abstractmethod
     def run(self, batch: Mapping[str, np.ndarray]) -> TaskResult:
         """A parsed batch (by role) -> its results, as one vectorized computation."""
+
+    async def read(self, batch: Mapping[str, np.ndarray]) -> TaskResult:
+        """:meth:`run` for a postprocess that awaits its second stages (the served model awaits this one when
+        :attr:`stage_models` names any)."""
+        return self.run(batch)
 
 
 def per_image_option(values: np.ndarray | None, count: int, default: float, name: str, low: float = 0.0, high: float = 1.0) -> np.ndarray:
@@ -262,6 +270,28 @@ class Preprocessor:
     profiles: Callable[[ModelConfig], tuple[EngineProfile, ...]]
     # The normalization the core computes in its graph from the uint8 pixels it is handed.
     normalization: Callable[[ModelConfig], preprocessing.PixelNormalization]
+    # The output through which it hands the core its input.
+    pixels: str = "PIXELS"
+    # The config parameters of its own (besides every preprocess's decode limits, threads, sizing and drift).
+    parameters: tuple[str, ...] = ()
+    # The parameters of its own a config states where its spec does not say.
+    defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # One request's computation, as the served preprocess runs it (its outputs stacked; ``ValueError`` when its
+    # photos' outputs cannot share one shape); None: ``make``'s.
+    request: Callable[[ModelConfig], preprocessing.Preprocess] | None = None
+    # The request's optional inputs it reads besides the upload (by role), and how a request is then decoded and
+    # computed: ``planner(config)`` -> (those inputs by role, None where not sent; the count of photos) -> a plan.
+    options: tuple[Role, ...] = ()
+    planner: Callable[[ModelConfig], Callable[[Mapping[str, np.ndarray | None], int], RequestPlan]] | None = None
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """How one request's photos are decoded (each at its own smallest size, None: in full) and computed, given its
+    optional inputs (a preprocessor that reads them: :attr:`Preprocessor.options`)."""
+
+    minimums: Sequence[image_codec.MinimumSize | None]
+    compute: preprocessing.Preprocess
 
 
 class Task(ABC):
@@ -282,6 +312,9 @@ class Task(ABC):
     client_batch_size: int | None = None
     # The preprocessors of its own a pipeline of this task may name (vision_serving.preprocessors).
     preprocessors: ClassVar[tuple[Preprocessor, ...]] = ()
+    # Tiled inference (a spec's [tiling], vision_serving.tiling): the one of its preprocessors that cuts each photo's
+    # views; None: its pipelines do not tile.
+    tiled_preprocessor: ClassVar[str | None] = None
 
     @abstractmethod
     def output_roles(self) -> tuple[Role, ...]:
@@ -290,6 +323,12 @@ class Task(ABC):
     def request_roles(self) -> tuple[Role, ...]:
         """The optional per-request inputs a client may send (besides the image), by role."""
         return ()
+
+    @abstractmethod
+    def config_roles(self, config: ModelConfig) -> tuple[tuple[Role, ...], tuple[Role, ...]]:
+        """The input and output roles of a postprocess config with ``config``'s parameters (its tensors may be
+        absent): what a pipeline's generated configs declare (the core's outputs fill the ``from_core`` inputs; the
+        other required inputs are the preprocess's; the optional ones, the request's)."""
 
     @abstractmethod
     def postprocessor(self, config: ModelConfig, model_dir: Path) -> Postprocessor:

@@ -214,6 +214,9 @@ class ClassificationTask(Task):
     def request_roles(self) -> tuple[Role, ...]:
         return INPUTS[1:]
 
+    def config_roles(self, config: ModelConfig) -> tuple[tuple[Role, ...], tuple[Role, ...]]:
+        return INPUTS, OUTPUTS
+
     def postprocessor(self, config: ModelConfig, model_dir: Path) -> ClassificationPostprocessor:
         return ClassificationPostprocessor(config, model_dir)
 

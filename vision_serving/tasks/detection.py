@@ -37,6 +37,7 @@ precision, recall and AP at IoU 0.5.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,16 +45,20 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
-from .. import cpu_sizing, drift
+from .. import cpu_sizing, drift, tiling
 from ..model_config import ConfigError, ModelConfig
+from . import detection_tiles as tiles
 from .base import LabelledSample, Postprocessor, Role, Task, TaskResult, gate_report, per_image_option, rows
 from .classification import load_labels
 from .detection_heads.base import Head, NmsSettings, boolean
 from .detection_heads.registry import HEADS, head_class
+from .detection_matching import MATCH_IOU as MATCH_IOU
+from .detection_matching import average_precision as average_precision
+from .detection_matching import box_iou as box_iou
+from .detection_matching import match_boxes as match_boxes
+from .detection_matching import match_by_class as match_by_class
 
-MATCH_IOU = 0.5  # detections are the same object when their boxes overlap this much (gate, dataset metric)
 KEYPOINT_TOLERANCE = 0.1  # a keypoint agrees within this fraction of its box's diagonal (the precision gate)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 # The task's own config parameters: parser, default (None: required). The rest but drift_* are the head's.
@@ -69,10 +74,26 @@ PARAMETERS: dict[str, tuple[Any, Any]] = {
 }
 
 
+# A tiled pipeline's postprocess parameters (the tiling's, the core it reaches), none of the task's or the head's.
+TILED_PARAMETERS = (*tiling.DEFAULTS, *tiles.CORE_PARAMETERS)
 REQUEST_ROLES = (
     Role("score_threshold", "FP32", (1,), optional=True, name="SCORE_THRESHOLD"),
     Role("iou_threshold", "FP32", (1,), optional=True, name="IOU_THRESHOLD"),
 )
+
+
+def input_roles(head: Head, config: ModelConfig | None = None) -> tuple[Role, ...]:
+    """The inputs of the postprocess with ``head``: the core outputs it reads, each photo's size and tensor transform
+    (the preprocess's), and the per-request thresholds; in a tiled pipeline (``config`` says), each photo's views and
+    the request's ``TILING`` instead of the core's outputs (:mod:`.detection_tiles`)."""
+    if config is not None and tiling.is_tiled(config):
+        return (tiles.tiles_role(config), *tiles.TILED_INPUTS, tiles.TILING_OPTION, *REQUEST_ROLES)
+    return (
+        *head.input_roles(),
+        Role("image_size", "INT32", (2,), name="IMAGE_SIZE"),
+        Role("transform", "FP32", (4,), name="IMAGE_TRANSFORM"),
+        *REQUEST_ROLES,
+    )
 
 
 def answer_roles(head: Head) -> tuple[Role, ...]:
@@ -112,7 +133,7 @@ class Settings:
         given = {
             key: value.string_value
             for key, value in config.parameters.items()
-            if not key.startswith("drift_") and key not in cpu_sizing.PARAMETERS
+            if not key.startswith("drift_") and key not in cpu_sizing.PARAMETERS and key not in TILED_PARAMETERS
         }
         if "head" not in given:
             raise ValueError(f"missing parameter 'head' (one of {', '.join(sorted(HEADS))})")
@@ -225,14 +246,21 @@ class DetectionPostprocessor(Postprocessor):
             raise ConfigError(f"model '{config.name}': {error}") from None
         head = self.settings.head
         self.head_roles = head.input_roles()
-        inputs = (
-            *self.head_roles,
-            Role("image_size", "INT32", (2,), name="IMAGE_SIZE"),
-            Role("transform", "FP32", (4,), name="IMAGE_TRANSFORM"),
-            *REQUEST_ROLES,
-        )
-        super().__init__(config, inputs, answer_roles(head))
-        head.bind(config, self.inputs)
+        super().__init__(config, input_roles(head, config), answer_roles(head))
+        # A tiled pipeline's postprocess sends each photo's views to the core by BLS (:mod:`.detection_tiles`).
+        self.core: tiles.CoreLink | None = None
+        if tiling.is_tiled(config):
+            self.tiling = tiling.Tiling.from_config(config)
+            if self.tiling.merge not in head.tile_merges:
+                raise ConfigError(
+                    f"model '{config.name}': tile_merge {self.tiling.merge!r} is not one of {', '.join(head.tile_merges)} for head {head.name}"
+                )
+            self.core = tiles.CoreLink.of(config, model_dir)
+            self.stage_models = {"core": self.core.model}
+            self.stage_tensors = {"core": (self.core.input, self.core.outputs)}
+            self.stage_dtypes = {"core": self.core.dtype}
+            self._infer: tiling.Infer | None = None
+        head.bind(*((self.core.tensors, self.core.head_names(head)) if self.core is not None else (config, self.inputs)))
         labels_path = model_dir / self.settings.labels_file
         self._labels: np.ndarray | None = None
         if require_labels or labels_path.is_file():
@@ -250,13 +278,23 @@ class DetectionPostprocessor(Postprocessor):
             raise FileNotFoundError(f"model '{self.config.name}': no labels file {self.settings.labels_file}")
         return self._labels
 
+    def use_stages(self, models: Mapping[str, Any]) -> None:
+        """The core a tiled postprocess calls (role ``core``: an async call, a batch of views in, its outputs out)."""
+        if set(models) != set(self.stage_models):
+            raise ConfigError(f"model '{self.config.name}' calls {sorted(self.stage_models) or 'no model'}, got {sorted(models)}")
+        self._infer = models.get("core")
+
     def parse_roles(self, values: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
-        parsed = {role.role: np.asarray(values[role.role], dtype=np.float32) for role in self.head_roles}
-        count = rows(next(iter(parsed.values())))
-        sizes, transform = values["image_size"], values["transform"]
-        assert sizes is not None and transform is not None
-        parsed["image_size"] = np.asarray(sizes).reshape(count, 2)
-        parsed["transform"] = np.asarray(transform, dtype=np.float32).reshape(count, 4)
+        if self.core is not None:  # per photo (image_size first: the rows a request's answer has) and per view
+            parsed = tiles.parse(values, self.tiling, self.settings.head)
+        else:
+            parsed = {role.role: np.asarray(values[role.role], dtype=np.float32) for role in self.head_roles}
+            sizes, transform = values["image_size"], values["transform"]
+            assert sizes is not None and transform is not None
+            count = rows(next(iter(parsed.values())))
+            parsed["image_size"] = np.asarray(sizes).reshape(count, 2)
+            parsed["transform"] = np.asarray(transform, dtype=np.float32).reshape(count, 4)
+        count = rows(parsed["image_size"])
         names = self.inputs
         parsed["score_threshold"] = per_image_option(
             values.get("score_threshold"), count, self.settings.score_threshold, names["score_threshold"] or "SCORE_THRESHOLD"
@@ -267,6 +305,26 @@ class DetectionPostprocessor(Postprocessor):
         return parsed
 
     def run(self, batch: Mapping[str, np.ndarray]) -> DetectionResult:
+        if self.core is not None:
+            return asyncio.run(self.read(batch))
+        return self.answers(batch, self.settings.clip)
+
+    async def read(self, batch: Mapping[str, np.ndarray]) -> DetectionResult:
+        """A tiled batch: every view to the core by BLS, each answered as a photo of its own, each photo's merged."""
+        if self.core is None:
+            return self.run(batch)
+        if self._infer is None:
+            raise RuntimeError(f"model '{self.config.name}': its core is not connected (use_stages)")
+        head = self.settings.head
+        outputs = await tiling.in_batches(np.asarray(batch["tiles"]), self.core.max_batch, self._infer)
+        views = self.answers({**self.core.by_role(head, outputs), **tiles.per_view(batch)}, self.settings.clip and head.clips_to_tile)
+        answers = tiles.Answers(views.boxes, views.scores, views.class_ids, views.counts, views.keypoints, views.extras)
+        out = tiles.merge_photos(answers, batch, head, self.settings.max_detections, self.settings.clip)
+        sizes = np.asarray(batch["image_size"], np.int32)
+        return DetectionResult(self, out.boxes, out.scores, out.class_ids, out.counts, out.keypoints, sizes, out.extras)
+
+    def answers(self, batch: Mapping[str, np.ndarray], clip: bool) -> DetectionResult:
+        """A batch of photos' core outputs -> their detections (boxes and keypoints clipped to each photo where ``clip``)."""
         settings = NmsSettings(batch["score_threshold"], batch["iou_threshold"], self.settings.max_detections, self.settings.class_agnostic)
         found = self.settings.head.detect({role.role: batch[role.role] for role in self.head_roles}, settings)
         sizes = np.asarray(batch["image_size"]).reshape(-1, 2).astype(np.float64)
@@ -277,7 +335,7 @@ class DetectionPostprocessor(Postprocessor):
         if found.keypoints is not None:  # x and y to the photo's pixels; a score passes through
             keypoints = found.keypoints.astype(np.float64)
             keypoints[..., :2] = to_image(found.keypoints[..., :2], batch["transform"])
-        if self.settings.clip:
+        if clip:
             height, width = sizes[:, 0, None], sizes[:, 1, None]
             boxes[..., 0::2] = np.clip(boxes[..., 0::2], 0, width[..., None])
             boxes[..., 1::2] = np.clip(boxes[..., 1::2], 0, height[..., None])
@@ -309,67 +367,6 @@ def load_labels_any(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-# --------------------------------------------------------------------------- matching
-
-
-def box_iou(first: npt.ArrayLike, second: npt.ArrayLike) -> npt.NDArray[np.float64]:
-    """IoU matrix ``[P, Q]`` of boxes ``[P, 4]`` and ``[Q, 4]`` (x_min, y_min, x_max, y_max)."""
-    a = np.asarray(first, dtype=np.float64).reshape(-1, 4)
-    b = np.asarray(second, dtype=np.float64).reshape(-1, 4)
-    iw = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
-    ih = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
-    inter = np.clip(iw, 0, None) * np.clip(ih, 0, None)
-    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
-    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
-
-
-def match_boxes(first: npt.ArrayLike, second: npt.ArrayLike, min_iou: float = MATCH_IOU) -> list[tuple[int, int, float]]:
-    """One-to-one matches ``(i, j, iou)`` between two sets of boxes, greedily by descending IoU,
-    each pair with IoU >= ``min_iou``."""
-    iou = box_iou(first, second)
-    matches: list[tuple[int, int, float]] = []
-    if iou.size == 0:
-        return matches
-    order = np.argsort(-iou, axis=None, kind="stable")
-    used_i: set[int] = set()
-    used_j: set[int] = set()
-    for flat in order:
-        i, j = divmod(int(flat), iou.shape[1])
-        if iou[i, j] < min_iou:
-            break
-        if i in used_i or j in used_j:
-            continue
-        used_i.add(i)
-        used_j.add(j)
-        matches.append((i, j, float(iou[i, j])))
-    return matches
-
-
-def match_by_class(
-    first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray], min_iou: float = MATCH_IOU
-) -> list[tuple[int, int, float]]:
-    """``match_boxes`` within each class: ``(boxes, class_ids)`` pairs -> matches (i, j, iou) across them."""
-    (boxes_a, classes_a), (boxes_b, classes_b) = first, second
-    matches: list[tuple[int, int, float]] = []
-    for class_id in np.union1d(classes_a, classes_b):
-        index_a, index_b = np.flatnonzero(classes_a == class_id), np.flatnonzero(classes_b == class_id)
-        matches += [(int(index_a[i]), int(index_b[j]), iou) for i, j, iou in match_boxes(boxes_a[index_a], boxes_b[index_b], min_iou)]
-    return matches
-
-
-def average_precision(recall: np.ndarray, precision: np.ndarray) -> float:
-    """AP from a precision-recall curve, COCO's 101-point interpolation as Ultralytics' ``compute_ap`` computes it
-    (a perfect detector scores 0.995 there too: the curve's last point is interpolated to 0)."""
-    recall = np.concatenate(([0.0], recall, [1.0]))
-    precision = np.concatenate(([1.0], precision, [0.0]))
-    envelope = np.flip(np.maximum.accumulate(np.flip(precision)))
-    points = np.linspace(0, 1, 101)
-    values = np.interp(points, recall, envelope)
-    return float(np.sum((points[1:] - points[:-1]) * (values[1:] + values[:-1]) / 2))
-
-
 # --------------------------------------------------------------------------- the task
 
 
@@ -384,6 +381,9 @@ class DetectionTask(Task):
         "min_keypoint_agreement": 0.90,
         **{key: value for head in HEADS.values() for key, value in head.gate_defaults.items()},
     }
+    # Tiled inference (vision_serving.tiling): its preprocessor cuts each photo's views (detection_tiles).
+    preprocessors = (tiles.PREPROCESSOR,)
+    tiled_preprocessor = tiles.PREPROCESSOR.name
     dataset_layout = (
         "DIR/<image> with YOLO labels (one 'class cx cy w h' line per object, normalized) in <image stem>.txt beside it "
         "or in the labels/ folder beside images/; no labels file: no objects"
@@ -401,7 +401,16 @@ class DetectionTask(Task):
         return (*_output_roles(None), *extra.values())
 
     def request_roles(self) -> tuple[Role, ...]:
-        return REQUEST_ROLES
+        """The thresholds, and a tiled pipeline's ``TILING``."""
+        return (*REQUEST_ROLES, tiles.TILING_OPTION)
+
+    def config_roles(self, config: ModelConfig) -> tuple[tuple[Role, ...], tuple[Role, ...]]:
+        """A tiled pipeline's inputs but its views' (the generator declares those: the core's input, per view)."""
+        try:
+            head = Settings.from_config(config).head
+        except ValueError as error:
+            raise ConfigError(f"model '{config.name}': {error}") from None
+        return tuple(role for role in input_roles(head, config) if role.role != "tiles"), answer_roles(head)
 
     def check(self, config: ModelConfig, model_dir: Path, preprocess: Any) -> list[str]:
         try:

@@ -221,6 +221,9 @@ class SegmentationTask(Task):
     def output_roles(self) -> tuple[Role, ...]:
         return OUTPUTS
 
+    def config_roles(self, config: ModelConfig) -> tuple[tuple[Role, ...], tuple[Role, ...]]:
+        return INPUTS, OUTPUTS
+
     def postprocessor(self, config: ModelConfig, model_dir: Path) -> SegmentationPostprocessor:
         return SegmentationPostprocessor(config)
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 CPU_DEVICE_ID = 0
 
 
@@ -27,3 +29,22 @@ def cpu_request(pb_utils: Any, model_name: str, inputs: Sequence[Any], requested
         requested_output_names=list(requested_output_names),
         preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, CPU_DEVICE_ID),
     )
+
+
+class StageModel:
+    """A second stage reached by BLS (:meth:`vision_serving.tasks.base.Postprocessor.use_stages`): a batch in, the
+    outputs the postprocess reads out, in its order. A failed request raises (the batch it served fails with it)."""
+
+    def __init__(self, pb_utils: Any, name: str, input_name: str, output_names: Sequence[str], dtype: type = np.float32) -> None:
+        self.pb_utils, self.name, self.input_name, self.output_names = pb_utils, name, input_name, tuple(output_names)
+        self.dtype = dtype  # the model's input datatype (the text reader's stages take FP32 crops; a tiled core its pixels)
+
+    async def __call__(self, batch: np.ndarray) -> tuple[np.ndarray, ...]:
+        pb_utils = self.pb_utils
+        request = cpu_request(
+            pb_utils, self.name, [pb_utils.Tensor(self.input_name, np.ascontiguousarray(batch, dtype=self.dtype))], self.output_names
+        )
+        response = await request.async_exec()
+        if response.has_error():
+            raise RuntimeError(f"{self.name}: {response.error().message()}")
+        return tuple(pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in self.output_names)

@@ -22,6 +22,7 @@ class TritonPythonModel(BatchedModel):
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
         self.core = cpu_core.load(config, Path(args["model_repository"]) / args["model_version"])
+        self.start_heartbeat(args)
         pb_utils.Logger.log_info(f"{config.name}: {cpu_runtimes.of_config(config).name} serving {self.core.onnx_path.name}")
 
     def _parse(self, request):

@@ -1,10 +1,12 @@
-"""Preprocess model: encoded image bytes -> one model-input batch (and each image's size and tensor transform).
+"""Preprocess model of every pipeline: encoded image bytes -> what the core and the postprocess read.
 
-Inputs and outputs are read from the model's config by role
-(:class:`vision_serving.preprocessing.PreprocessOutputs`): one BYTES input, the image output
-(FP32, or UINT8 when the core's graph normalizes) and, when the config declares them, an INT32 ``[2]`` output with each photo's
-(height, width) and an FP32 ``[4]`` output with its tensor transform, for postprocessing that
-maps results back to the photo.
+Every upload is decoded with the config's limits (:mod:`vision_serving.image_codec`). Then either the
+image-to-tensor resize (:class:`vision_serving.preprocessing.PreprocessSpec`; outputs found by role,
+:class:`vision_serving.preprocessing.PreprocessOutputs`: the image output, FP32 or UINT8 when the core's graph
+normalizes, and, where the config declares them, an INT32 ``[2]`` output with each photo's (height, width) and an
+FP32 ``[4]`` output with its tensor transform), or the preprocessor of its own the config names
+(:mod:`vision_serving.preprocessors`: the text reader's ``text_detection``, a tiled pipeline's ``tiles``, which reads the
+request's ``TILING`` too and decodes each photo at the size its settings need). A bad upload fails its own request.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import triton_python_backend_utils as pb_utils
 
-from .. import cpu_sizing, drift, model_config, preprocessing
+from .. import cpu_sizing, drift, model_config, preprocessing, preprocessors
 from .base import BatchedModel
 from .drift_metrics import DriftMetrics
 from .errors import triton_error
@@ -22,14 +24,22 @@ from .errors import triton_error
 class TritonPythonModel(BatchedModel):
     def initialize(self, args):
         config = model_config.config_from_triton_json(args["model_config"])
-        self.spec = preprocessing.PreprocessSpec.from_config(config)
-        preprocessing.set_threads(model_config.int_parameter(config, "opencv_threads", 0))
+        self.start_heartbeat(args)
+        preprocessing.set_threads(preprocessing.configured_threads(config))
         self.limits = preprocessing.limits_from_config(config)
-        # JPEGs are decoded at the smallest DCT scale the resize still downscales from.
-        self.minimum = preprocessing.decode_minimum(self.spec)
-        self.input_name = model_config.only_tensor(config, "input").name
-        self.outputs = preprocessing.PreprocessOutputs.from_config(config)
+        self.custom = preprocessors.request_computation(config)
+        self.planner = preprocessors.planner(config)  # a preprocessor that reads the request's options
+        self.options = {role.role: role.name for role in preprocessors.options(preprocessors.kind(config))}
+        if self.custom is None:
+            self.spec = preprocessing.PreprocessSpec.from_config(config)
+            # JPEGs are decoded at the smallest DCT scale the resize still downscales from.
+            self.minimum = preprocessing.decode_minimum(self.spec)
+            self.outputs = preprocessing.PreprocessOutputs.from_config(config)
+        else:
+            self.minimum = None  # a preprocessor of its own sizes from the whole photo
+        self.input_name = model_config.image_input_name(config)
         self.logger = pb_utils.Logger
+        self.logger.log_info(f"{config.name}: preprocessor {preprocessors.kind(config)}")
         self.drift = DriftMetrics(pb_utils, args, config, drift.IMAGE_FEATURES)
         # decode_threads (written by vision_serving.cpu_sizing from the pod's CPUs): the requests of a
         # batch are decoded and resized in a pool of that many threads (OpenCV releases the GIL).
@@ -40,8 +50,16 @@ class TritonPythonModel(BatchedModel):
 
     def _parse(self, request):
         payloads = pb_utils.get_input_tensor_by_name(request, self.input_name).as_numpy()
-        decoded = preprocessing.decode_payloads(payloads, self.limits, self.minimum)
-        return decoded, preprocessing.preprocess_outputs(decoded, self.spec, self.outputs), *drift.payload_facts(payloads.reshape(-1))
+        if self.planner is not None:
+            plan = self.planner({role: _optional(request, name) for role, name in self.options.items()}, payloads.size)
+            decoded = preprocessing.decode_each(payloads, self.limits, plan.minimums)
+            outputs = plan.compute(decoded)
+        else:
+            decoded = preprocessing.decode_payloads(payloads, self.limits, self.minimum)
+            outputs = (
+                self.custom(decoded) if self.custom is not None else preprocessing.preprocess_outputs(decoded, self.spec, self.outputs)
+            )
+        return decoded, outputs, *drift.payload_facts(payloads.reshape(-1))
 
     def _compute(self, parsed):
         items = [item for decoded, _, _, _ in parsed for item in decoded]
@@ -67,3 +85,9 @@ class TritonPythonModel(BatchedModel):
         if not isinstance(error, ValueError):
             self.logger.log_error(f"preprocess: unexpected decoder failure: {type(error).__name__}: {error}")
         return pb_utils.InferenceResponse(error=triton_error(pb_utils, error))
+
+
+def _optional(request, name):
+    """An optional input of the request as numpy, None when it was not sent."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return None if tensor is None else tensor.as_numpy()

@@ -93,3 +93,51 @@ def test_the_text_reader_s_plans_at_their_profiles_maxima():
     recognizer = engine_memory.model_memory(text_reader, "recognizer")
     # Greedy CTC in the graph: each step's best class (INT32) and its probability (FP32), not 18710 probabilities.
     assert [p.output_bytes for p in recognizer.profiles] == [16 * (w // 8) * (4 + 4) for w in (320, 480, 640, 960, 1280, 1920)]
+
+
+def selection_graph(path: Path, max_per_class: int | None) -> Path:
+    """An ``nms=True`` export's selection, small: scores [1, 1, A] -> mask (> 0.25) -> NonZero [1, K] -> the boxes and
+    scores of the K candidates (Gather) -> NonMaxSuppression [S, 3] (S <= K x min(max_per_class, K)): both shapes
+    depend on the scores, so each is counted at its upper bound (K = A; S = classes x min(max_per_class, K))."""
+    nodes = [
+        helper.make_node("Reshape", ["scores", "flat"], ["flat_scores"]),
+        helper.make_node("Greater", ["flat_scores", "threshold"], ["mask"]),
+        helper.make_node("NonZero", ["mask"], ["picked"]),
+        helper.make_node("Squeeze", ["picked", "zero"], ["indices"]),
+        helper.make_node("Gather", ["boxes", "indices"], ["candidates"], axis=1),
+        helper.make_node("Gather", ["scores", "indices"], ["candidate_scores"], axis=2),
+        helper.make_node("NonMaxSuppression", ["candidates", "candidate_scores", *(["limit"] if max_per_class else [])], ["selected"]),
+        helper.make_node("Cast", ["selected"], ["out"], to=TensorProto.FLOAT),
+    ]
+    initializers = [
+        numpy_helper.from_array(np.array([-1], np.int64), "flat"),
+        numpy_helper.from_array(np.array(0.25, np.float32), "threshold"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+    ]
+    if max_per_class:
+        initializers.append(numpy_helper.from_array(np.array([max_per_class], np.int64), "limit"))
+    graph = helper.make_graph(
+        nodes,
+        "selection",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, "a", 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, "a"]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["s", 3])],
+        initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize(("max_per_class", "selected"), [(5, 5), (None, 0), (1000, 40)])
+def test_data_dependent_shapes_are_counted_at_their_upper_bound(tmp_path, max_per_class, selected):
+    """NonZero at its input's size, NonMaxSuppression at classes x min(max_output_boxes_per_class, boxes) (ONNX's default
+    bound is 0): every export with NMS inside gets a figure, and says which tensors were bounded."""
+    path = selection_graph(tmp_path / "selection.onnx", max_per_class)
+    found = engine_memory.estimate(path, {"boxes": (1, 40, 4), "scores": (1, 1, 40)})
+    assert found.upper_bounds == ("picked", "selected")
+    assert [(t.name, t.shape) for t in found.outputs] == [("out", (selected, 3))]
+    assert found.activations >= 40 * 4 * 4 + 40 * 4 + selected * 3 * 8  # alive as NMS runs: its boxes, scores, selection

@@ -1,4 +1,5 @@
-"""The export step on the real model repository (idempotent: a rebuild only when inputs change)."""
+"""The export step of the classifier (a converting kind: PyTorch's export, checked against PyTorch, then the one path),
+on the real model repository (idempotent: a rebuild only when inputs change)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import onnx
 import onnxruntime
 import pytest
 
-from builders import export, export_onnx, loaded, provenance
+from builders import export, loaded, provenance
+from builders.artifacts import atomic_write_bytes, input_hash, sha256_file
+from builders.sources import efficientnet_lite0
 from vision_serving import layout, model_config, preprocessing
 from vision_serving.image_codec import decode_rgb
 
@@ -25,12 +28,15 @@ PIPELINE = loaded.load(CLASSIFIER)
 
 
 @pytest.fixture(scope="module")
-def exported() -> export_onnx.ExportResult:
-    return export_onnx.export(PIPELINE, log=lambda message: None)
+def exported() -> export.ExportResult:
+    return export.export(PIPELINE, log=lambda message: None)
+
+
+LABELS = CLASSIFIER.model_dir("postprocess") / "labels.txt"
 
 
 @pytest.fixture(scope="module")
-def onnx_model(exported: export_onnx.ExportResult) -> onnx.ModelProto:
+def onnx_model(exported: export.ExportResult) -> onnx.ModelProto:
     return onnx.load(str(exported.onnx_path))
 
 
@@ -39,17 +45,16 @@ def core_config() -> model_config.ModelConfig:
     return model_config.load_config(CLASSIFIER.core_dir)
 
 
-def test_files_exist(exported: export_onnx.ExportResult) -> None:
+def test_files_exist(exported: export.ExportResult) -> None:
     assert exported.onnx_path == CLASSIFIER.onnx("fp32") == CLASSIFIER.core_version_dir / "model.onnx"
-    assert exported.provenance_path == layout.provenance_path(exported.onnx_path)
-    for path in (exported.onnx_path, exported.labels_path, exported.provenance_path):
+    for path in (exported.onnx_path, LABELS, layout.provenance_path(exported.onnx_path)):
         assert path.is_file(), path
 
 
-def test_checker_passes_and_opset(exported: export_onnx.ExportResult, onnx_model: onnx.ModelProto) -> None:
+def test_checker_passes_and_opset(exported: export.ExportResult, onnx_model: onnx.ModelProto) -> None:
     onnx.checker.check_model(str(exported.onnx_path), full_check=True)
     default_opsets = [entry.version for entry in onnx_model.opset_import if entry.domain in ("", "ai.onnx")]
-    assert default_opsets and max(default_opsets) >= 17
+    assert default_opsets and max(default_opsets) == PIPELINE.recipe.source.opset == 18  # the recipe's opset
 
 
 def _dims(value: onnx.ValueInfoProto) -> list[int | str]:
@@ -75,37 +80,39 @@ def test_no_reduce_mean_remains(onnx_model: onnx.ModelProto) -> None:
     assert "GlobalAveragePool" in op_types
 
 
-def test_provenance(exported: export_onnx.ExportResult, onnx_model: onnx.ModelProto) -> None:
-    record = json.loads(exported.provenance_path.read_text())
-    assert record["inputs"]["weights"]["sha256"].startswith("579344248a93")
-    assert record["model"]["node_count"] == len(onnx_model.graph.node)
-    assert record["step"] == "export" and record["output"]["sha256"] == export_onnx.sha256_file(exported.onnx_path)
-    assert record["companions"] == {"../../image_classifier_postprocess/labels.txt": export_onnx.sha256_file(exported.labels_path)}
-    assert record["verification"]["max_abs_diff"] <= export_onnx.MAX_ABS_LOGIT_DIFF
-    assert record["verification"]["top1_identical"] is True
+def test_provenance(exported: export.ExportResult, onnx_model: onnx.ModelProto) -> None:
+    record = json.loads(layout.provenance_path(exported.onnx_path).read_text())
+    assert record["inputs"]["source"]["file"] == "efficientnet-lite0-57934424.pth"
+    assert record["inputs"]["source"]["sha256"].startswith("579344248a93")
+    assert record["nodes"]["after"] == len(onnx_model.graph.node)
+    assert record["step"] == "export" and record["output"]["sha256"] == sha256_file(exported.onnx_path)
+    assert record["companions"] == {"../../image_classifier_postprocess/labels.txt": sha256_file(LABELS)}
+    assert record["pytorch"]["max_abs_diff"] <= efficientnet_lite0.MAX_ABS_LOGIT_DIFF
+    assert record["pytorch"]["top1_identical"] is True and record["pytorch"]["photos"] >= 4
+    # The recipe's passes ran, each verified on onnxruntime; the normalization is in the graph (uint8 pixels in).
+    assert [item["name"] for item in record["passes"]] == list(PIPELINE.recipe.fix.passes)
+    assert "normalization_max_abs_diff" in record and "batch_max_abs_diff" in record
     assert set(record["inputs"]["packages"]) >= {"torch", "onnx", "efficientnet-lite-pytorch"}
 
 
-def test_labels_file(exported: export_onnx.ExportResult, core_config: model_config.ModelConfig) -> None:
-    postprocess = model_config.load_config(CLASSIFIER.model_dir("postprocess"))
-    assert exported.labels_path == CLASSIFIER.model_dir("postprocess") / model_config.parameter(postprocess, "labels_file")
-    labels = exported.labels_path.read_text().splitlines()
+def test_labels_file(exported: export.ExportResult, core_config: model_config.ModelConfig) -> None:
+    labels = LABELS.read_text().splitlines()
     assert len(labels) == int(np.prod(core_config.output[0].dims))
     assert [labels[i] for i in (281, 282, 285, 967, 872)] == ["tabby", "tiger cat", "Egyptian cat", "espresso", "tripod"]
 
 
-def _classify(exported: export_onnx.ExportResult, photo_bytes: dict[str, bytes], names: list[str]) -> list[str]:
+def _classify(exported: export.ExportResult, photo_bytes: dict[str, bytes], names: list[str]) -> list[str]:
     preprocess = model_config.load_config(CLASSIFIER.model_dir("preprocess"))
     spec = preprocessing.PreprocessSpec.from_config(preprocess)
     limits = preprocessing.limits_from_config(preprocess)
     batch = preprocessing.preprocess_batch([decode_rgb(photo_bytes[name], limits) for name in names], spec)
     session = onnxruntime.InferenceSession(str(exported.onnx_path), providers=["CPUExecutionProvider"])
     (logits,) = session.run(None, {session.get_inputs()[0].name: batch})
-    labels = exported.labels_path.read_text().splitlines()
+    labels = LABELS.read_text().splitlines()
     return [labels[i] for i in logits.argmax(axis=1)]
 
 
-def test_onnxruntime_classifies_real_photos(exported: export_onnx.ExportResult, photo_bytes: dict[str, bytes]) -> None:
+def test_onnxruntime_classifies_real_photos(exported: export.ExportResult, photo_bytes: dict[str, bytes]) -> None:
     chelsea, coffee, camera = _classify(exported, photo_bytes, ["chelsea", "coffee", "camera"])
     assert chelsea in {"tiger cat", "Egyptian cat", "tabby"}
     assert coffee == "espresso"
@@ -114,50 +121,37 @@ def test_onnxruntime_classifies_real_photos(exported: export_onnx.ExportResult, 
     assert _classify(exported, photo_bytes, ["coffee"]) == ["espresso"]
 
 
-def test_second_run_is_up_to_date(exported: export_onnx.ExportResult) -> None:
-    paths = (exported.onnx_path, exported.labels_path, exported.provenance_path)
+def test_second_run_is_up_to_date(exported: export.ExportResult) -> None:
+    paths = (exported.onnx_path, LABELS, layout.provenance_path(exported.onnx_path))
     mtimes = [path.stat().st_mtime_ns for path in paths]
     messages: list[str] = []
-
-    again = export_onnx.export(PIPELINE, log=messages.append)
-
+    again = export.export(PIPELINE, log=messages.append)
     assert again.status == "up to date"
-    assert messages == ["up to date"]
+    assert messages == [f"{exported.onnx_path.relative_to(REPOSITORY_ROOT)} is up to date"]
     assert [path.stat().st_mtime_ns for path in paths] == mtimes
 
 
-def test_recipe_export_dispatches_to_the_pytorch_export(exported: export_onnx.ExportResult) -> None:
-    """The recipe's [source] kind efficientnet_lite0 is this export: same file, up to date."""
-    messages: list[str] = []
-    result = export.export(PIPELINE, log=messages.append)
-    assert result.status == "up to date"
-    assert result.onnx_path == exported.onnx_path
-    assert result.provenance["input_hash"] == json.loads(exported.provenance_path.read_text())["input_hash"]
-    assert messages == ["up to date"]
-
-
-def test_changed_or_tampered_outputs_are_not_up_to_date(exported: export_onnx.ExportResult, tmp_path: Path) -> None:
-    plan = export_onnx.plan_export(PIPELINE)
-    current_hash = export_onnx.input_hash(export_onnx.input_record(plan))
-    assert export_onnx.is_up_to_date(plan, current_hash)
-    assert not export_onnx.is_up_to_date(plan, "0" * 64)
-
+def test_changed_or_tampered_outputs_are_not_up_to_date(exported: export.ExportResult, tmp_path: Path) -> None:
+    current_hash = json.loads(layout.provenance_path(exported.onnx_path).read_text())["input_hash"]
+    assert provenance.is_current(exported.onnx_path, current_hash)
+    assert not provenance.is_current(exported.onnx_path, "0" * 64)
     # A copy of the outputs elsewhere is current until one of them changes.
-    onnx_copy = tmp_path / "core" / "1" / plan.onnx_path.name
-    labels_copy = onnx_copy.parent / os.path.relpath(plan.labels_path, plan.onnx_path.parent)
+    onnx_copy = tmp_path / "core" / "1" / exported.onnx_path.name
+    labels_copy = onnx_copy.parent / os.path.relpath(LABELS, exported.onnx_path.parent)
     for source, target in (
-        (plan.onnx_path, onnx_copy),
-        (plan.provenance_path, provenance.path_for(onnx_copy)),
-        (plan.labels_path, labels_copy),
+        (exported.onnx_path, onnx_copy),
+        (layout.provenance_path(exported.onnx_path), provenance.path_for(onnx_copy)),
+        (LABELS, labels_copy),
     ):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
     assert provenance.is_current(onnx_copy, current_hash)
     labels_copy.write_text(labels_copy.read_text().replace("espresso", "coffee"))
     assert not provenance.is_current(onnx_copy, current_hash)
-    shutil.copyfile(plan.labels_path, labels_copy)
+    shutil.copyfile(LABELS, labels_copy)
     provenance.path_for(onnx_copy).write_text("{not json")
     assert not provenance.is_current(onnx_copy, current_hash)
+    assert input_hash({"a": 1}) != input_hash({"a": 2})
 
 
 def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,9 +161,9 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path: Path, monkeypatch: pyt
     def failing_replace(source: str, destination: str) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(export_onnx.os, "replace", failing_replace)
+    monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(OSError, match="disk full"):
-        export_onnx.atomic_write_bytes(target, b"new")
+        atomic_write_bytes(target, b"new")
     assert target.read_bytes() == b"old"
     assert [path.name for path in tmp_path.iterdir()] == ["model.onnx"]
 

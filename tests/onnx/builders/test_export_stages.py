@@ -53,7 +53,7 @@ def test_other_bytes_than_the_pinned_ones_are_refused(pipeline):
 
 def test_a_stage_whose_config_differs_from_its_onnx_is_refused_in_one_line(pipeline):
     config = pipeline.stage_dir("classifier") / "config.pbtxt"
-    config.write_text(config.read_text().replace("dims: [ 2 ]", "dims: [ 3 ]"))
+    config.write_text(config.read_text().replace("dims: [2]", "dims: [3]"))
     with pytest.raises(CheckFailed, match=r"does not match text_reader_core_classifier's config .*'directions': \[3\]"):
         export.export(loaded.load(pipeline), log=lambda message: None)
 

@@ -3,14 +3,15 @@ faces compared with MediaPipe's own ``FaceDetection(model_selection=1)``.
 
 The copy lives in a temporary model repository (the project's keeps its four pipelines): ``new-pipeline
 face_detector_full_range --from face_detector``; the recipe's ``member`` and ``sha256`` (the
-``face_detection_full_range_sparse.tflite`` of the same pinned mediapipe wheel); the core's ``config.pbtxt`` dims,
-192x192 in and 2304 anchors (48 x 48, stride 4) out, then ``python -m builders configs``, which carries them to
-every other config holding them (the core's six configs/ variants, the preprocess's pixels, the postprocess's
-inputs, the warm-up samples); and the postprocess's anchor and decoding options of MediaPipe's full-range graph
+``face_detection_full_range_sparse.tflite`` of the same pinned mediapipe wheel); the core's tensors in the spec,
+192x192 in and 2304 anchors (48 x 48, stride 4) out, and the postprocess's anchor and decoding options of MediaPipe's
+full-range graph
 (the mediapipe 0.10.14 wheel's ``face_detection_full_range_cpu.binarypb`` as MediaPipe expands it:
 SsdAnchorsCalculator num_layers 1, strides [4], input 192x192, interpolated_scale_aspect_ratio 0;
-TensorsToDetectionsCalculator num_boxes 2304, x/y/w/h_scale 192, min_score_thresh 0.6). ``python -m builders
-export`` densifies the model's sparse float16 weights on the way to tf2onnx (builders/tflite_densify.py).
+TensorsToDetectionsCalculator num_boxes 2304, x/y/w/h_scale 192, min_score_thresh 0.6), all in pipeline.toml; then
+``python -m builders configs``, which writes every config holding them (the core's and its six configs/ variants, the
+preprocess's pixels, the postprocess's inputs and parameters, the warm-up samples). ``python -m builders
+export`` densifies the model's sparse float16 weights on the way to tf2onnx (builders/tflite_densify/).
 
 ``FaceDetection(min_detection_confidence=...)`` does not reach the calculators in mediapipe 0.10.14 (0.05 and 0.9
 find the same faces): the full-range graph's own min_score_thresh, 0.6, is what MediaPipe applies, so it is the
@@ -43,7 +44,7 @@ SHA256 = "2c3728e6da56f21e21a320433396fb06d40d9088f2247c05e5635a688d45dfe1"
 DIMS = {(128, 128, 3): (192, 192, 3), (896, 16): (2304, 16), (896, 1): (2304, 1)}
 POSTPROCESS = {
     "num_layers": "1",
-    "strides": "4",
+    "strides": "[4]",
     "input_size_height": "192",
     "input_size_width": "192",
     "interpolated_scale_aspect_ratio": "0.0",
@@ -66,8 +67,8 @@ class FullRange:
     export_log: str
 
 
-def dims_pattern(dims: tuple[int, ...]) -> str:
-    return r"dims: \[\s*" + r",\s*".join(str(d) for d in dims) + r"\s*\]"
+def dims_pattern(dims: tuple[int, ...], key: str = "dims: ") -> str:
+    return re.escape(key) + r"\[\s*" + r",\s*".join(str(d) for d in dims) + r"\s*\]"
 
 
 def edit_for_full_range(pipeline: layout.Pipeline, repository: Path) -> None:
@@ -83,22 +84,16 @@ def edit_for_full_range(pipeline: layout.Pipeline, repository: Path) -> None:
         text,
         flags=re.M,
     )
-    recipe.write_text(text)
-    core = pipeline.core_dir / "config.pbtxt"
-    text = core.read_text()
     for old, new in DIMS.items():
-        text = re.sub(dims_pattern(old), f"dims: [ {', '.join(map(str, new))} ]", text)
-    core.write_text(text)
+        text, count = re.subn(dims_pattern(old, "dims = "), f"dims = [{', '.join(map(str, new))}]", text)
+        assert count == 1, old
+    for key, value in POSTPROCESS.items():
+        text, count = re.subn(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
+        assert count == 1, key
+    recipe.write_text(text)
     command = [sys.executable, "-m", "builders", "configs", "--pipeline", NAME, "--model-repository", str(repository)]
     configs = subprocess.run(command, cwd=layout.REPOSITORY_ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert configs.returncode == 0, configs.stderr[-3000:]
-    postprocess = pipeline.model_dir("postprocess") / "config.pbtxt"
-    text = postprocess.read_text()
-    for key, value in POSTPROCESS.items():
-        text, count = re.subn(rf'(\{{ key: "{key}", value: {{ string_value: ")[^"]*(")', rf"\g<1>{value}\g<2>", text)
-        assert count == 1, key
-    postprocess.write_text(text)
-    (pipeline.model_dir("postprocess") / "labels.txt").write_text("face\n")  # new-pipeline leaves the template's labels out
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -109,7 +104,7 @@ def snapshot(folder: Path) -> dict[str, str]:
 def full_range(tmp_path_factory) -> FullRange:
     repository = tmp_path_factory.mktemp("full_range") / "model_repository"
     template = layout.pipeline(TEMPLATE)
-    shutil.copytree(template.repository, repository / TEMPLATE, ignore=shutil.ignore_patterns(*scaffold.BUILT))
+    shutil.copytree(template.repository, repository / TEMPLATE, ignore=shutil.ignore_patterns("*.onnx", "*.json", "__pycache__"))
     scaffold.new_pipeline(NAME, TEMPLATE, repository, log=lambda _: None)
     shutil.rmtree(repository / TEMPLATE)  # the repository holds the copy alone
     pipeline = layout.pipeline(NAME, repository)
@@ -133,7 +128,7 @@ def mediapipe(photos) -> dict[str, dict[str, np.ndarray]]:
     return references.mediapipe_outputs("face_detection", photos, model_selection=1)
 
 
-def test_the_copy_changes_the_recipe_and_the_nine_configs_that_hold_dims(full_range):
+def test_the_copy_changes_its_spec_and_the_command_the_nine_configs_that_hold_dims(full_range):
     core, pre, post = (full_range.pipeline.model_name(role) for role in ("core", "preprocess", "postprocess"))
     variants = ["cpu", "cpu_int8", "cpu_onnxruntime", "cpu_openvino", "cpu_openvino_backend", "cpu_openvino_fp32"]
     holding_dims = [
@@ -142,7 +137,11 @@ def test_the_copy_changes_the_recipe_and_the_nine_configs_that_hold_dims(full_ra
         f"{post}/config.pbtxt",
         f"{pre}/config.pbtxt",
     ]
-    assert full_range.edited == sorted(["pipeline.toml", f"{post}/labels.txt", *holding_dims])
+    # The one hand edit (the labels came with the copy), the configs holding dims, and the ensemble's config, whose
+    # first comment is the spec's description (edited too: "full range").
+    ensemble = f"{full_range.pipeline.name}/config.pbtxt"
+    assert full_range.edited == sorted(["pipeline.toml", ensemble, *holding_dims])
+    assert "full range" in (full_range.pipeline.repository / ensemble).read_text().splitlines()[1]
     for name in holding_dims:
         text = (full_range.pipeline.repository / name).read_text()
         assert not any(re.search(dims_pattern(old), text) for old in DIMS), name

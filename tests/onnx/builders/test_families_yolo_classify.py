@@ -26,8 +26,8 @@ from onnx import helper
 from builders import BuildError, cli, loaded, photos, scaffold
 from builders.artifacts import sha256_file
 from builders.families import yolo, yolo_classify
-from tests.support import yolo as yolo_support
 from tests.support import yolo_classify as shapes
+from tests.support import yolo_exports
 from tests.support.onnx_graphs import const, model, value
 from vision_serving import consistency, layout, model_config
 from vision_serving.pipeline_configs import PipelineConfigs
@@ -278,11 +278,17 @@ def test_new_pipeline_reads_the_classify_exports(brought):
     assert "becomes dynamic" in said["shapes_cls"]
 
 
+@pytest.fixture(scope="module")
+def predicted(model_files, pictures) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Ultralytics' predictor on each pipeline's model file (one run for all)."""
+    return yolo_exports.references(model_files, pictures, task="classify")
+
+
 @pytest.mark.parametrize("name", EXPORTS)
-def test_classes_and_scores_equal_ultralytics_predictor(brought, model_files, pictures, name):
+def test_classes_and_scores_equal_ultralytics_predictor(brought, model_files, predicted, pictures, name):
     repository, _ = brought
     names = sorted(pictures)
-    expected = yolo_support.reference(model_files[name], pictures, task="classify")
+    expected = predicted[name]
     probabilities = np.stack([expected[photo]["probs"] for photo in names])
     served = ServedPipeline.load(PipelineConfigs.load(layout.pipeline(name, repository)), "cpu")
     result = served.run([pictures[photo] for photo in names])
@@ -299,12 +305,12 @@ def test_classes_and_scores_equal_ultralytics_predictor(brought, model_files, pi
     assert max(score_diff, output_diff) <= MAX_SCORE_DIFF
 
 
-def test_opencv_resizing_would_miss_the_tolerance(brought, model_files, pictures):
+def test_opencv_resizing_would_miss_the_tolerance(brought, predicted, pictures):
     """The comparison sees the preprocessing: OpenCV's bilinear resize (not antialiased) instead of Pillow's moves the
     scores past 1e-4 on these photos."""
     repository, _ = brought
     names = sorted(pictures)
-    expected = yolo_support.reference(model_files["shapes_cls"], pictures, task="classify")
+    expected = predicted["shapes_cls"]
     served = ServedPipeline.load(PipelineConfigs.load(layout.pipeline("shapes_cls", repository)), "cpu")
     served.spec = dataclasses.replace(served.spec, interpolation="bilinear")
     got = served.run([pictures[photo] for photo in names]).logits

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from builders import arguments, calibration, cli, loaded, recipe
+from builders import arguments, calibration, cli, layer_groups, loaded, recipe
 from builders import quantize as q
 from tests.support.pipelines import CALIBRATION_SAMPLES, REDUCED_GATE, built_classifier
 from vision_serving import layout
@@ -283,11 +283,11 @@ def test_recipe_options_overrides_win_unless_none():
 
 def test_cli_options_default_to_the_recipe():
     args = cli.build_parser().parse_args(["quantize", "--pipeline", SEGMENTER.name])
-    arguments.resolve_pipeline(args)
+    arguments.load_one(args)
     assert args.repository == SEGMENTER.layout.repository and args.loaded == SEGMENTER
     assert q.options_from_args(args) == q.recipe_options(SEGMENTER)
     args = cli.build_parser().parse_args(["quantize", "--pipeline", SEGMENTER.name, "--samples", "16", "--exclude", "none"])
-    arguments.resolve_pipeline(args)
+    arguments.load_one(args)
     assert q.options_from_args(args) == q.recipe_options(SEGMENTER, samples=16, exclude=())
 
 
@@ -297,13 +297,13 @@ def fp32_model():
 
 
 def test_layer_groups_on_the_default_model(fp32_model):
-    groups = q.layer_groups(fp32_model)
+    groups = layer_groups.of(fp32_model)
     nodes = {node.name: node for node in fp32_model.graph.node}
     (stem,) = groups["stem"]  # it reads the image through the folded normalization (uint8 in: Cast, Sub, Div)
     assert nodes[stem].input[0] == "images_normalized" and [n.op_type for n in fp32_model.graph.node[:3]] == ["Cast", "Sub", "Div"]
     assert len(groups["depthwise"]) == 16  # EfficientNet-Lite0: one per MBConv block
     assert [nodes[name].op_type for name in groups["classifier"]] == ["Gemm"]
-    assert groups["early"] == [node.name for node in fp32_model.graph.node if node.op_type == "Conv"][: q.EARLY_CONVS]
+    assert groups["early"] == [node.name for node in fp32_model.graph.node if node.op_type == "Conv"][: layer_groups.EARLY_CONVS]
 
 
 def test_the_stem_of_an_nhwc_model_is_found_through_its_layout_transpose():
@@ -324,12 +324,12 @@ def test_the_stem_of_an_nhwc_model_is_found_through_its_layout_transpose():
             numpy_helper.from_array(rng.normal(size=(4, 4, 1, 1)).astype(np.float32), "w1"),
         ],
     )
-    assert q.layer_groups(helper.make_model(graph))["stem"] == ["stem_conv"]
+    assert layer_groups.of(helper.make_model(graph))["stem"] == ["stem_conv"]
 
 
 def test_exclusions_resolve_to_node_names(fp32_model):
     resolved = q.resolve_exclusions(fp32_model, q.QuantizeOptions(exclude=("classifier",), exclude_op_types=("GlobalAveragePool",)))
-    assert resolved["nodes"] == q.layer_groups(fp32_model)["classifier"]
+    assert resolved["nodes"] == layer_groups.of(fp32_model)["classifier"]
     with pytest.raises(q.BuildError, match="matches no node"):
         q.resolve_exclusions(fp32_model, q.QuantizeOptions(exclude_nodes=("no_such_node",)))
     with pytest.raises(q.BuildError, match="no such op"):

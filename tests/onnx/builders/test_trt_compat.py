@@ -204,7 +204,7 @@ def lstm(layout: int) -> onnx.ModelProto:
 
 RULES: list = [
     # (id, positive model, negative model, severity, code, max_batch)
-    ("opset", lambda: one("Relu", ["x"], opset=8), clean, "error", "opset-range", None),
+    ("opset", lambda: one("Relu", ["x"], opset=8), clean, "warning", "opset-range", None),
     ("unsupported-op", lambda: one("Det", ["x"], shape=[1, 3, 3]), clean, "error", "unsupported-op", None),
     ("unknown-op", lambda: one("NoSuchOp", ["x"]), clean, "error", "unsupported-op", None),
     ("custom-domain", lambda: one("FusedConv", ["x"], domain="com.microsoft"), clean, "error", "custom-domain-op", None),
@@ -423,8 +423,26 @@ def test_findings_name_the_fix_that_repairs_them() -> None:
     )
     assert finding(mediapipe, "custom-domain-op").fix == ("custom_op_rewrites",)
     assert finding(one("FusedConv", ["x"], domain="com.microsoft"), "custom-domain-op").fix == ()
-    assert "deprecated since 10.12" in finding(one("EfficientNMS_TRT", ["x"]), "unsupported-op").message
+    assert "deprecated since TensorRT 10.12 and still shipped in 11.1" in finding(one("EfficientNMS_TRT", ["x"]), "unsupported-op").message
     assert "QDQ format" in finding(one("QLinearConv", ["x"]), "unsupported-op").message
+
+
+def test_the_types_are_the_parser_importers_not_the_operators_table() -> None:
+    """onnx-tensorrt's importers (10.8-10.10): NonZero lists BOOL and an integer Clip becomes max/min, so neither is
+    reported; Relu's activation refuses INT32 though the operators table lists it; HardSwish's check has no BF16;
+    Mod with fmod=0 takes integers only; an op the parser only gained later is a warning for the older releases."""
+    bool_mask = one("NonZero", ["x"], in_type=TensorProto.BOOL, shape=[6])
+    assert findings(bool_mask) == []
+    clip = one("Clip", ["x", "low"], in_type=INT64, shape=[4], initializers=[const("low", 0, np.int64)])
+    assert findings(clip) == [("warning", "int64-io")]  # the INT64 at the boundary, not the Clip
+    assert "importer refuses INT32" in finding(one("Relu", ["x"], in_type=INT32), "unsupported-dtype").message
+    assert "importer refuses BF16" in finding(one("HardSwish", ["x"], in_type=TensorProto.BFLOAT16), "unsupported-dtype").message
+    integers = [value("y_in", [1, 3, 8, 8])]
+    assert finding(one("Mod", ["x", "y_in"], extra_inputs=integers), "unsupported-dtype").message.startswith("Mod with fmod=0 on FP32")
+    assert findings(one("Mod", ["x", "y_in"], attrs={"fmod": 1}, extra_inputs=integers)) == []
+    assert ("warning", "later-op") in findings(
+        one("RMSNormalization", ["x", "scale"], shape=[1, 4], initializers=[const("scale", rng_array(4))], opset=23)
+    )
 
 
 def test_report_orders_by_severity_and_summarizes() -> None:

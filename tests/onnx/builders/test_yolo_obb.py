@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from builders import photos
-from tests.support import yolo, yolo_obb
+from tests.support import yolo_exports, yolo_obb
 from vision_serving import layout
 from vision_serving.pipeline_configs import PipelineConfigs
 from vision_serving.preprocessing import YoloLetterbox
@@ -111,13 +111,19 @@ def polygon_iou(first: np.ndarray, second: np.ndarray) -> float:
     return inter / union if union > 0 else 0.0
 
 
+@pytest.fixture(scope="module")
+def predicted(exports, images) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Ultralytics' predictor on each export, its scores' odds raised (one run for both), by its name."""
+    return yolo_exports.references(exports, images, task="obb")
+
+
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
-def test_the_pipeline_answers_as_ultralytics_predictor(pipeline, repository, exports, images):
+def test_the_pipeline_answers_as_ultralytics_predictor(pipeline, repository, predicted, images):
     names = sorted(images)
     served = ServedPipeline.load(PipelineConfigs.at(repository / pipeline), "cpu")
     result = served.run([images[name] for name in names])
     outputs = result.outputs()
-    reference = yolo.reference(exports[PIPELINES[pipeline]], images, task="obb")
+    reference = predicted[PIPELINES[pipeline]]
     rotated_ious: list[float] = []
     angle_errors: list[float] = []
     box_errors: list[float] = []

@@ -23,7 +23,7 @@ import pytest
 
 from builders import photos
 from builders.families import yolo as yolo_family
-from tests.support import yolo, yolo_pose
+from tests.support import yolo_exports, yolo_pose
 from vision_serving import layout, model_config
 from vision_serving.pipeline_configs import PipelineConfigs
 from vision_serving.served import ServedPipeline
@@ -111,11 +111,17 @@ def test_an_export_without_keypoint_names_serves_them_unnamed(trained, tmp_path)
     assert (found.head, found.head_parameters) == ("yolo_pose", (("keypoint_shape", "3,3"),))
 
 
+@pytest.fixture(scope="module")
+def predicted(model_files, pictures) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Ultralytics' predictor on each pipeline's model file (one run for both)."""
+    return yolo_exports.references(model_files, pictures, task="pose")
+
+
 @pytest.mark.parametrize("name", EXPORTS)
-def test_poses_equal_ultralytics_predictor(brought, model_files, pictures, name):
+def test_poses_equal_ultralytics_predictor(brought, predicted, pictures, name):
     repository, _ = brought
     names = sorted(pictures)
-    expected = yolo.reference(model_files[name], pictures, task="pose")
+    expected = predicted[name]
     served = ServedPipeline.load(PipelineConfigs.load(layout.pipeline(name, repository)), "cpu")
     result = served.run([pictures[n] for n in names])
     found = sum(len(expected[n]["scores"]) for n in names)

@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 
 from builders import photos
-from tests.support import yolo, yolo_segment
+from tests.support import yolo_exports, yolo_segment
 from vision_serving import layout
 from vision_serving.pipeline_configs import PipelineConfigs
 from vision_serving.served import ServedPipeline
 from vision_serving.tasks.detection import DetectionResult, box_iou
-from vision_serving.tasks.segmentation import decode_png, iou
+from vision_serving.tasks.segmentation import iou
 
 PIPELINES = {"shapes_segment": "static", "shapes_segment_dynamic": "dynamic"}  # pipeline -> the export it serves
 PACKAGE_PHOTOS = ("chelsea", "coffee")
@@ -75,23 +75,20 @@ def images() -> dict[str, bytes]:
     }
 
 
-def placed(png: bytes, mask_box: np.ndarray, height: int, width: int) -> np.ndarray:
-    """A MASKS PNG at its MASK_BOXES in a canvas of the photo's size (bool)."""
-    canvas = np.zeros((height, width), bool)
-    x0, y0, x1, y1 = (int(v) for v in mask_box)
-    if png:
-        canvas[y0:y1, x0:x1] = decode_png(bytes(png)) > 0
-    return canvas
+@pytest.fixture(scope="module")
+def predicted(trained, images) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Ultralytics' predictor on the export each pipeline serves (one run for both)."""
+    return yolo_exports.references({name: trained / f"{export}.onnx" for name, export in PIPELINES.items()}, images, task="segment")
 
 
 @pytest.mark.parametrize("pipeline", sorted(PIPELINES))
-def test_the_pipeline_answers_as_ultralytics_predictor(pipeline, repository, trained, images):
+def test_the_pipeline_answers_as_ultralytics_predictor(pipeline, repository, predicted, images):
     names = sorted(images)
     served = ServedPipeline.load(PipelineConfigs.at(repository / pipeline), "cpu")
     result = served.run([images[name] for name in names])
     assert isinstance(result, DetectionResult)
     outputs = result.outputs()
-    reference = yolo.reference(trained / f"{PIPELINES[pipeline]}.onnx", images, task="segment")
+    reference = predicted[pipeline]
     box_ious: list[float] = []
     mask_ious: list[float] = []
     empty = 0
@@ -99,7 +96,7 @@ def test_the_pipeline_answers_as_ultralytics_predictor(pipeline, repository, tra
         expected = reference[name]
         height, width = (int(v) for v in result.sizes[index])
         count = int(outputs["COUNT"][index, 0])
-        masks = [placed(outputs["MASKS"][index, k], outputs["MASK_BOXES"][index, k], height, width) for k in range(count)]
+        masks = [yolo_segment.placed(outputs["MASKS"][index, k], outputs["MASK_BOXES"][index, k], height, width) for k in range(count)]
         kept = [k for k in range(count) if masks[k].any()]  # Ultralytics drops a detection without mask pixels
         empty += count - len(kept)
         assert len(kept) == len(expected["boxes"]), f"{pipeline} {name}: {len(kept)} detections, Ultralytics {len(expected['boxes'])}"

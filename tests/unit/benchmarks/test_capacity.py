@@ -140,3 +140,89 @@ def test_two_instances_for_a_multi_profile_model_only_where_the_pod_fits_the_gpu
     report = capacity.render_gpu_memory({"command": "c", "created_at": "t", "gpu_runtime_gib": 1.0, "models": [small, large, fixed]})
     assert "an ESTIMATE from shapes" in report and "recognizer 2 (config: 1), detector 1 (config: 1)" in report
     assert "| detector | fp16 | p 1200, p 1200, p 1200 | 3600 (ON_PROFILE_CHANGE) |" in report
+
+
+def pixel_costs() -> dict:
+    """One run of benchmarks.gpu_pixels: the served steps (CPU mode) and what the GPU pixel path leaves on the CPU."""
+    served = {
+        "thumbnail": {"decode": 0.5, "preprocess": 0.4, "preprocess_drift": 0.1, "postprocess": 0.1},
+        "web": {"decode": 5.0, "preprocess": 0.9, "preprocess_drift": 0.1, "postprocess": 0.1, "postprocess_drift": 0.1},
+        "phone": {"decode": 53.0, "preprocess": 1.9, "preprocess_drift": 0.1, "postprocess": 0.1},
+    }
+    gpu = {"thumbnail": {"checks": 0.1, "preprocess_drift": 0.1}, "web": {"checks": 0.2}, "phone": {"checks": 2.0}}
+    measured = {kind: {"cpu_mode": served[kind], "gpu_mode": gpu[kind]} for kind in capacity.KINDS}
+    return {"command": "test", "created_at": "now", "machine": MACHINE, "pipelines": {"p": measured}}
+
+
+def test_the_gpu_pixel_path_counts_the_checks_the_postprocess_and_the_hops():
+    web = capacity.pixel_path_ms(pixel_costs(), costs(), "p", "web", "gpu")
+    assert web == pytest.approx({"preprocess": 0.2, "postprocess": 0.2, "hops": 1.0})
+    assert capacity.pixel_path_ms(pixel_costs(), costs(), "p", "web", "cpu")["preprocess"] == pytest.approx(6.0)
+    mix = capacity.pixel_path_ms(pixel_costs(), costs(), "p", "mix", "gpu")
+    assert mix["preprocess"] == pytest.approx(0.2 * 0.2 + 0.6 * 0.2 + 0.2 * 2.0)
+    result = capacity.plan(costs(), "p", "web", 2000, 3000, 8, 0.7, pixel_costs())
+    assert result.cpu_ms_per_image == pytest.approx(1.4) and result.vcpus_per_1000 == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="no GPU pixel path costs for pipeline 'q'"):
+        capacity.pixel_path_ms(pixel_costs(), costs(), "q", "web", "gpu")
+
+
+def test_the_command_plans_the_gpu_pixel_path_from_its_run(tmp_path, capsys):
+    (tmp_path / "capacity.json").write_text(json.dumps(costs()))
+    (tmp_path / "gpu_pixels.json").write_text(json.dumps(pixel_costs()))
+    arguments = ["--costs", str(tmp_path / "capacity.json"), "--pipeline", "p", "--vcpus-per-pod", "8", "--pixels", "gpu"]
+    assert capacity.main([*arguments, "--pixel-costs", str(tmp_path / "gpu_pixels.json")]) == 0
+    out = capsys.readouterr().out
+    assert "CPU per image:     1.40 ms" in out and "pixels:            on the GPU" in out
+    assert capacity.main([*arguments, "--pixel-costs", str(tmp_path / "missing.json")]) == 2
+    assert "run `python -m benchmarks.gpu_pixels --measure`" in capsys.readouterr().err
+
+
+def tiling_costs() -> dict:
+    """A tiling run: untiled 4 + 1 ms of the Python steps per photo; at 101 views 34 + 11 ms (0.4 ms per added view)."""
+    rows = [
+        {
+            "table": "cost",
+            "tiles": "untiled",
+            "system": "tiled pipeline",
+            "preprocess_cpu_ms": 4.0,
+            "postprocess_cpu_ms": 1.0,
+            "core_items": 1,
+        },
+        {
+            "table": "cost",
+            "tiles": "64x64",
+            "system": "tiled pipeline",
+            "preprocess_cpu_ms": 34.0,
+            "postprocess_cpu_ms": 11.0,
+            "core_items": 101,
+        },
+        {
+            "table": "cost",
+            "tiles": "64x64",
+            "system": "SAHI in the client",
+            "preprocess_cpu_ms": 0.0,
+            "postprocess_cpu_ms": 0.0,
+            "core_items": 101,
+        },
+    ]
+    return {"machine": MACHINE, "rows": rows}
+
+
+def test_a_tiled_pipeline_takes_a_core_pass_per_view_and_the_steps_cpu_per_added_view():
+    assert capacity.tiled_view_ms(tiling_costs()) == pytest.approx(0.4)
+    result = capacity.plan(costs(), "p", "web", 100, 3000, 8, 0.7, None, tiles=11, tiling=tiling_costs())
+    assert result.core_passes_per_image == 11
+    assert result.cpu_ms_per_image == pytest.approx(7.0 + 10 * 0.4)
+    assert result.pod_images_per_s == pytest.approx(3000 / 11) and result.bottleneck == "GPU"  # 8 x 0.7 x 1000 / 11 = 509 > 273
+    assert result.gpu_utilization == pytest.approx(100 / 1 / (3000 / 11))
+    with pytest.raises(ValueError, match="a tiled plan needs the tiling run's costs"):
+        capacity.plan(costs(), "p", "web", 100, 3000, 8, 0.7, None, tiles=11)
+
+
+def test_the_command_plans_a_tiled_pipeline_from_the_tiling_run(tmp_path, capsys):
+    (tmp_path / "capacity.json").write_text(json.dumps(costs()))
+    (tmp_path / "tiling.json").write_text(json.dumps(tiling_costs()))
+    arguments = ["--costs", str(tmp_path / "capacity.json"), "--pipeline", "p", "--vcpus-per-pod", "8", "--tiles", "11"]
+    assert capacity.main([*arguments, "--tiling-costs", str(tmp_path / "tiling.json")]) == 0
+    out = capsys.readouterr().out
+    assert "tiled:             11 core passes per photo (273 photos/s per GPU)" in out and "CPU per image:     11.00 ms" in out

@@ -1,4 +1,4 @@
-"""``new-pipeline NAME --from TEMPLATE``: a renamed copy without built files or the template's comments."""
+"""``new-pipeline NAME --from TEMPLATE``: the template's spec without its comments, the files its build needs, renamed, and every config generated."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from builders import BuildError, scaffold
+from builders import BuildError, scaffold, spec
+from builders.configs import generate, header_line
 from vision_serving import consistency, layout, model_config
 
 TEMPLATE = layout.pipeline("person_segmenter")
@@ -19,7 +20,7 @@ def repository(tmp_path):
     return root
 
 
-def test_the_copy_is_renamed_and_says_where_it_came_from(repository):
+def test_the_copy_is_renamed_generated_and_says_where_it_came_from(repository):
     scaffold.new_pipeline("my_segmenter", TEMPLATE.name, repository, log=lambda _: None)
     copy = layout.pipeline("my_segmenter", repository)
     assert sorted(p.name for p in copy.repository.iterdir() if p.is_dir()) == [
@@ -31,19 +32,35 @@ def test_the_copy_is_renamed_and_says_where_it_came_from(repository):
     for role in layout.ROLES:
         assert model_config.load_config(copy.model_dir(role)).name == copy.model_name(role)
     ensemble = (copy.ensemble_dir / "config.pbtxt").read_text()
-    assert 'model_name: "my_segmenter_core"' in ensemble and "person_segmenter" not in ensemble.split("\n", 1)[1]
-    for path in [*copy.repository.rglob("*.pbtxt"), copy.recipe]:
-        first, rest = path.read_text().split("\n", 1)
-        assert first.startswith("# Copied from the person_segmenter pipeline by `python -m builders new-pipeline my_segmenter")
-        assert not [line for line in rest.splitlines() if line.lstrip().startswith("#")], path  # the template's comments are gone
+    assert 'model_name: "my_segmenter_core"' in ensemble and "person_segmenter" not in ensemble
+    first, rest = copy.recipe.read_text().split("\n", 1)
+    assert first.startswith("# Copied from the person_segmenter pipeline by `python -m builders new-pipeline my_segmenter")
+    assert [line for line in rest.splitlines() if line.lstrip().startswith("#")][1:] == []  # the template's comments are gone
+    for path in copy.repository.rglob("*.pbtxt"):
+        assert path.read_text().splitlines()[0] == header_line("my_segmenter"), path
+    assert generate.files(spec.load(copy)) == {path: path.read_text() for path in generate.files(spec.load(copy))}
     assert consistency.check_repository(repository) == []
+
+
+def test_a_copy_has_every_file_its_build_needs(tmp_path):
+    """The face detector's labels are a hand-written file (no build writes them): the copy has them."""
+    root = tmp_path / "model_repository"
+    source = layout.pipeline("face_detector")
+    shutil.copytree(source.repository, root / source.name, ignore=shutil.ignore_patterns("*.onnx", "*.json", "__pycache__"))
+    scaffold.new_pipeline("my_faces", source.name, root, log=lambda _: None)
+    copy = layout.pipeline("my_faces", root)
+    assert (copy.model_dir("postprocess") / "labels.txt").read_text() == (source.model_dir("postprocess") / "labels.txt").read_text()
+    hand = {p.relative_to(copy.repository).as_posix() for p in copy.repository.rglob("*") if p.is_file()} - {
+        p.relative_to(copy.repository).as_posix() for p in generate.files(spec.load(copy))
+    }
+    assert hand == {"pipeline.toml", "my_faces_postprocess/labels.txt"}
 
 
 def test_the_next_commands_name_the_model_repository_when_it_is_not_the_default(repository):
     lines: list[str] = []
     scaffold.new_pipeline("my_segmenter", TEMPLATE.name, repository, log=lines.append)
     (line,) = lines
-    assert "edit pipeline.toml and the configs (docs/models.md, 'Any ONNX model: start from the pipeline of its task')" in line
+    assert "edit its pipeline.toml for your model (docs/models.md, 'Any ONNX model: start from the pipeline of its task')" in line
     assert line.endswith(
         f"then `python -m builders all --pipeline my_segmenter --model-repository {repository}`, "
         f"then `./scripts/serve --model-repository {repository}`"

@@ -101,11 +101,16 @@ def test_only_an_onnx_file_may_be_a_second_stage_s_source(tmp_path):
         load(tmp_path, ONNX_CORE + '[stages.reader]\nsource = { kind = "x" }\n')
 
 
-def test_a_kind_without_a_model_file_says_so_when_asked_for_one(tmp_path):
-    kind = registry.KINDS["efficientnet_lite0"]
-    with pytest.raises(BuildError, match=rf"^{re.escape(WHERE)}: the efficientnet_lite0 kind names no model file$"):
-        kind.model_file(Source("efficientnet_lite0"), tmp_path, WHERE, lambda message: None)
-    assert kind.converter_sha256() is None and registry.KINDS["onnx"].converter_sha256() is None
+def test_a_kind_without_a_model_file_or_a_converter_says_so_when_asked(tmp_path):
+    kind = SourceKind("bare", "a kind that says nothing of its own")
+    with pytest.raises(BuildError, match=rf"^{re.escape(WHERE)}: the bare kind names no model file$"):
+        kind.model_file(Source("bare"), tmp_path, WHERE, lambda message: None)
+    with pytest.raises(BuildError, match=r"^the bare kind has no converter to ONNX$"):
+        kind.convert(Source("bare"), tmp_path, tmp_path, None, lambda message: None)  # type: ignore[arg-type]
+    assert kind.check_converted(None, tmp_path, lambda: None, print) == {}  # type: ignore[arg-type, return-value]
+    assert kind.converter_sha256() is None and registry.KINDS["efficientnet_lite0"].converter_sha256() is None
+    # No kind owns an export of its own: every one converts and goes the one path of builders.export.
+    assert not any(hasattr(kind, "export") for kind in registry.KINDS.values())
 
 
 def test_an_onnx_file_in_the_pipeline_folder_is_checked_against_its_pin(tmp_path):
@@ -138,7 +143,6 @@ def test_a_kind_is_one_module_and_one_registry_entry(tmp_path, monkeypatch):
         load(tmp_path, '[source]\nkind = "x"\n')
     with pytest.raises(RecipeError, match="a second stage's source must be of a kind it may come from"):
         load(tmp_path, ONNX_CORE + '[stages.reader]\nsource = { kind = "numpy_weights", path = "w.npz" }\n')
-    assert NumpyWeights("numpy_weights", "").export(None, False, print) is None  # type: ignore[arg-type]  # the shared path
 
 
 def test_the_tflite_converter_s_lock_is_what_its_provenance_records():

@@ -5,7 +5,9 @@ fake one where the whole program runs)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,13 +28,6 @@ from vision_serving.tasks import classification, detection, registry, segmentati
 from vision_serving.tasks.base import LabelledSample, Postprocessor, Role, Task, TaskResult
 from vision_serving.tasks.text_reading import reader
 
-SHIPPED_DEFAULTS = {
-    "classification": "image_classifier",
-    "detection": "face_detector",
-    "segmentation": "person_segmenter",
-    "text_reading": "text_reader",
-}
-
 
 def png(picture: np.ndarray) -> bytes:
     ok, data = cv2.imencode(".png", picture)
@@ -43,17 +38,19 @@ def png(picture: np.ndarray) -> bytes:
 # --------------------------------------------------------------------------- finding a task's client
 
 
-def test_each_task_gets_the_client_module_named_as_it_is():
-    modules = {
-        "classification": classification_client,
-        "detection": detection_client,
-        "segmentation": segmentation_client,
-        "text_reading": text_reading_client,
-    }
-    assert set(modules) == set(registry.TASKS)  # every shipped task has a client of its own
-    for name, module in modules.items():
-        assert clients.client_for(name) is module.CLIENT
-        assert isinstance(module.CLIENT, clients.TaskClient) and module.CLIENT is not clients.GENERIC
+def test_each_task_gets_the_client_module_named_as_it_is_or_the_generic_one():
+    """A task with a module in devtools/clients gets its CLIENT, a task without one the generic client (a client is
+    optional); every module there that exports a client is a registered task's."""
+    folder = Path(clients.__file__).parent
+    for name in registry.TASKS:
+        if (folder / f"{name}.py").is_file():
+            module = importlib.import_module(f"devtools.clients.{name}")
+            assert clients.client_for(name) is module.CLIENT
+            assert isinstance(module.CLIENT, clients.TaskClient) and module.CLIENT is not clients.GENERIC
+        else:
+            assert clients.client_for(name) is clients.GENERIC
+    exporting = {path.stem for path in folder.glob("*.py") if re.search(r"^CLIENT = ", path.read_text(), re.M)} - {"generic"}
+    assert exporting <= set(registry.TASKS), f"client modules of no registered task: {sorted(exporting - set(registry.TASKS))}"
 
 
 def test_a_task_without_a_module_gets_the_generic_client_and_a_module_without_a_client_is_refused():
@@ -63,10 +60,17 @@ def test_a_task_without_a_module_gets_the_generic_client_and_a_module_without_a_
         clients.client_for("drawing")
 
 
-def test_the_default_model_is_the_pipeline_of_the_task_in_the_model_repository():
-    for task, model in SHIPPED_DEFAULTS.items():
-        assert model in client.task_pipelines(task)
-        assert client.default_model(task) == model
+def test_the_default_model_of_a_task_is_its_first_pipeline_in_the_model_repository():
+    """Each pipeline of model_repository/ under its task (its postprocess config's, read through the registry): the
+    task's pipelines, by name, the first its default; a task without a pipeline there has no default."""
+    by_task: dict[str, list[str]] = {}
+    for pipeline in layout.pipelines(layout.MODEL_REPOSITORY):
+        task = registry.for_config(model_config.load_config(pipeline.model_dir("postprocess")))
+        by_task.setdefault(task.name, []).append(pipeline.name)
+    assert by_task, "no pipeline in model_repository/"
+    for task in registry.TASKS:
+        assert client.task_pipelines(task) == sorted(by_task.get(task, []))
+        assert client.default_model(task) == min(by_task.get(task, []), default=None)
     assert client.default_model("no_such_task") is None
 
 
@@ -172,7 +176,7 @@ def test_the_detection_client_draws_boxes_and_keypoints(tmp_path):
 
 
 def test_the_detection_options_set_the_tasks_request_inputs():
-    assert set(detection_client.THRESHOLDS) == {role.role for role in detection.TASK.request_roles()}
+    assert set(detection_client.REQUEST_ROLES) == {role.role for role in detection.TASK.request_roles()}
     parser = argparse.ArgumentParser()
     detection_client.CLIENT.add_arguments(parser)
     inputs = detection_client.CLIENT.request_inputs(parser.parse_args(["--iou-threshold", "0.5"]), 3)
@@ -183,6 +187,11 @@ def test_the_detection_options_set_the_tasks_request_inputs():
     for bad in ("1.5", "-0.1", "nan"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--score-threshold", bad])
+    tiled = detection_client.CLIENT.request_inputs(parser.parse_args(["--tiling", '{"tile_size": 512}']), 2)
+    assert tiled.keys() == {"tiling"} and tiled["tiling"].dtype == np.object_
+    assert tiled["tiling"].tolist() == [[b'{"tile_size": 512}']] * 2
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--tiling", "{tile"])
 
 
 # --------------------------------------------------------------------------- segmentation
@@ -248,6 +257,9 @@ class ScratchTask(Task):
 
     def output_roles(self) -> tuple[Role, ...]:
         return (Role("scores", "FP32", (2,), name="SCORES"), Role("names", "BYTES", (None,), name="NAMES"))
+
+    def config_roles(self, config: model_config.ModelConfig) -> tuple[tuple[Role, ...], tuple[Role, ...]]:
+        return (), self.output_roles()
 
     def postprocessor(self, config: model_config.ModelConfig, model_dir: Path) -> Postprocessor:
         raise NotImplementedError
@@ -469,7 +481,7 @@ class PoseServer(FakeServer):
 @pytest.mark.parametrize("names", ["apex,left,right", None])
 def test_the_detection_client_names_the_keypoints_as_the_postprocess_config_does(monkeypatch, tmp_path, capsys, names):
     """``--json``: every keypoint with its score, and the names the server's postprocess config gives them (read once
-    per run), none where it gives none."""
+    per run, with the pipeline's interface: the program hands the client its task parameters), none where it gives none."""
     server = PoseServer(names)
     monkeypatch.setattr(client, "connect", lambda args: client.TritonConnection("grpc", "fake:0", 5.0, client=server))
     files = []
@@ -480,5 +492,5 @@ def test_the_detection_client_names_the_keypoints_as_the_postprocess_config_does
     records = json.loads(capsys.readouterr().out)
     assert [record["detections"][0]["keypoints"] for record in records] == [[[20.0, 40.0, 0.9], [50.0, 40.0, 0.2], [80.0, 40.0, 0.5]]] * 2
     assert [record.get("keypoint_names") for record in records] == [names.split(",") if names else None] * 2
-    assert server.config_requests.count("poses_postprocess") == 2  # the interface's look, and the names' once
+    assert server.config_requests.count("poses_postprocess") == 1  # read once, with the pipeline's interface
     assert (tmp_path / "drawn" / f"a{detection_client.DRAWN_SUFFIX}").is_file()

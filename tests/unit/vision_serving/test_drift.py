@@ -193,8 +193,15 @@ parameters [
     assert (settings.window, settings.min_samples, settings.update_every, settings.enabled) == (512, 128, 32, True)
     with pytest.raises(model_config.ConfigError, match="drift_min_samples 600 is larger than drift_window 512"):
         drift.DriftSettings.from_config(model_config.parse_config_text(text % (512, 600)))
-    with pytest.raises(model_config.ConfigError, match="missing drift parameters"):
-        drift.DriftSettings.from_config(model_config.parse_config_text('name: "m"'))
+    # A config that states none takes the defaults in code, which a generated config states (DriftSettings.parameters).
+    assert drift.DriftSettings.from_config(model_config.parse_config_text('name: "m"')) == drift.DriftSettings()
+    assert drift.DriftSettings().parameters() == {
+        "drift_enabled": "true",
+        "drift_window": "512",
+        "drift_min_samples": "128",
+        "drift_update_every": "32",
+        "drift_reference": "drift_reference.json",
+    }
 
 
 def test_reference_round_trip(tmp_path):

@@ -60,7 +60,12 @@ def test_production_cores_warm_up_at_batch_1_and_max_batch(pipeline):
     "file, old, new, problem",
     [
         ("preprocess/config.pbtxt", "    max_queue_size:", "    # max_queue_size:", "unbounded queue"),
-        ("postprocess/config.pbtxt", "timeout_action: REJECT", "timeout_action: DELAY", "timeout_action must be REJECT"),
+        (
+            "postprocess/config.pbtxt",
+            "default_queue_policy {",
+            "default_queue_policy {\n    timeout_action: DELAY",
+            "timeout_action must be REJECT",
+        ),
         ("core/configs/cpu.pbtxt", "allow_timeout_override: true", "allow_timeout_override: false", "allow_timeout_override must be true"),
         ("core/configs/cpu_int8.pbtxt", "    default_timeout_microseconds:", "    # default_timeout_microseconds:", "must be set"),
     ],
@@ -101,8 +106,8 @@ def test_cpu_core_is_sized_by_its_own_rate_not_by_the_hand_over(pipeline):
     [
         ("    batch_size: 32", "    batch_size: 64", "batch_size 64 is not between 1 and max_batch_size 32"),
         ('key: "images" value', 'key: "pixels" value', "'pixels' is not an input of the model"),
-        ("data_type: TYPE_UINT8 dims: [ 3, 224, 224 ] zero_data", "data_type: TYPE_FP16 dims: [ 3, 224, 224 ] zero_data", "is TYPE_FP16"),
-        ("dims: [ 3, 224, 224 ] zero_data", "dims: [ 3, 256, 224 ] zero_data", "dims [3, 256, 224] do not fit"),
+        ("data_type: TYPE_UINT8 dims: [3, 224, 224] zero_data", "data_type: TYPE_FP16 dims: [3, 224, 224] zero_data", "is TYPE_FP16"),
+        ("dims: [3, 224, 224] zero_data", "dims: [3, 256, 224] zero_data", "dims [3, 256, 224] do not fit"),
         ("zero_data: true", 'input_data_file: "photo.raw"', "which does not exist"),
     ],
 )

@@ -73,6 +73,15 @@ class NmsSettings:
     class_agnostic: bool = False
 
 
+@dataclass(frozen=True)
+class ExtraAnswer(Role):
+    """An output a head adds to the detection task's, and the client drawing that shows it: ``drawing`` names
+    ``devtools/clients/draw_<drawing>.py`` (its ``painter`` and ``fields``), which the detection client finds by that
+    name; empty: the client draws and lists nothing of it."""
+
+    drawing: str = ""
+
+
 def boolean(text: str) -> bool:
     value = text.strip().lower()
     if value not in ("true", "false"):
@@ -89,49 +98,19 @@ def numbers(kind: type) -> Callable[[str], tuple[Any, ...]]:
 
 class Head(ABC):
     """One output format. Subclasses set ``name``, ``parameters`` (their own config keys: parser,
-    required) and ``num_keypoints``, and implement ``input_roles``, ``bind`` and ``detect``.
+    required) and ``num_keypoints``, and implement ``input_roles``, ``bind`` and ``detect``; a head that
+    answers more than boxes declares its ``extra_answers`` and fills them in :meth:`extras_to_photo`.
 
-    A head whose output a YOLO export can carry (``yolo_export``) also states its facts, which
-    ``new-pipeline --from yolo`` and the benchmarks read from the registry instead of repeating them:
-    its ``layout`` and who ``exports`` it (the messages and the configs' comments), whether the model
-    did the NMS (``nms_in_model``), :meth:`fits` (which output shapes it reads), :meth:`example_shapes`
-    (the outputs of a model of some input size) and :meth:`synthetic_outputs` (raw outputs with a
-    known number of candidates, for benchmarks and tests)."""
+    What a model's export of a head looks like (which output shapes are its, the Ultralytics task) is no
+    part of serving: :mod:`builders.families.yolo_exports` states it, by the head's name."""
 
     name: ClassVar[str]
     parameters: ClassVar[dict[str, tuple[Callable[[str], Any], bool]]] = {}
     num_keypoints: int = 0
     keypoint_values: int = 2  # per keypoint: x, y (2) or x, y, score (3)
-    task: ClassVar[str] = "detect"  # the Ultralytics task whose exports carry this head's output (yolo_export heads)
-    layout: ClassVar[str] = ""  # the per-image output dims it reads, e.g. "[4 + C, A]"
-    exports: ClassVar[str] = ""  # the models that export that layout
-    yolo_export: ClassVar[bool] = False  # new-pipeline --from yolo considers it
-    nms_in_model: ClassVar[bool] = False  # the model suppressed the boxes already (no IoU test here)
     # Outputs this head adds to the detection task's (boxes, scores, class ids, labels, count, keypoints), filled by
-    # :meth:`extras_to_photo`.
-    extra_answers: ClassVar[tuple[Role, ...]] = ()
-
-    @classmethod
-    def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
-        """Whether the model's outputs (per-image dims, batch dim left out) are this head's, for ``classes``
-        classes (None: unknown, then the shape alone decides)."""
-        return False
-
-    # The config parameters of the model :meth:`example_shapes` describes (a pose model's keypoint shape).
-    example_parameters: ClassVar[dict[str, str]] = {}
-
-    @classmethod
-    def example_shapes(cls, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
-        """The per-image output dims a model of this head gives for ``classes`` classes at that input size."""
-        raise NotImplementedError(f"head {cls.name} states no example shapes")
-
-    @classmethod
-    def synthetic_outputs(
-        cls, shapes: Sequence[tuple[int, ...]], batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
-    ) -> list[np.ndarray]:
-        """Raw outputs ``[batch, *shape]`` in which every image has exactly ``candidates`` anchors (rows) above a
-        score threshold of 0.25 and every other one below it, boxes spread over a ``size`` (height, width) input."""
-        raise NotImplementedError(f"head {cls.name} makes no synthetic outputs")
+    # :meth:`extras_to_photo`, each with the client drawing that shows it.
+    extra_answers: ClassVar[tuple[ExtraAnswer, ...]] = ()
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         """``values``: this head's parameters, parsed."""
@@ -195,38 +174,25 @@ class Head(ABC):
         (``tensor = image * scale + offset``), ``sizes [N, 2]`` (height, width) and ``boxes [N, K, 4]`` in its pixels."""
         return {}
 
+    # Tiled inference (:mod:`vision_serving.tiling`): each tile's answers are those of a photo of the tile, its boxes
+    # clipped to it where ``clips_to_tile`` (as a photo's are to the photo); ``tile_merges``: how its detections may
+    # merge across tiles (:mod:`vision_serving.tile_merge`).
+    clips_to_tile: ClassVar[bool] = True
+    tile_merges: ClassVar[tuple[str, ...]] = ("greedy_nmm", "nms")
 
-def synthetic_boxes(anchors: int, size: tuple[int, int], rng: np.random.Generator) -> FloatArray:
-    """``[anchors, 4]`` boxes (centre x, y, width, height) of 8 to 60 pixels spread over a ``size`` input."""
-    height, width = size
-    centres = [rng.uniform(20, width - 20, anchors), rng.uniform(20, height - 20, anchors)]
-    return np.stack([*centres, rng.uniform(8, 60, anchors), rng.uniform(8, 60, anchors)], axis=-1).astype(np.float32)
+    def shift_extras(self, extras: Mapping[str, np.ndarray], offsets: np.ndarray) -> dict[str, np.ndarray]:
+        """The extra answers of detections found in tiles (by role, ``[n, ...]``, in each tile's pixels) moved into the
+        photo's pixels by each one's tile origin ``offsets [n, 2]`` (x, y); the head's answers that are not positions
+        stay as they are."""
+        return dict(extras)
 
-
-def synthetic_scores(anchors: int, classes: int, candidates: int, rng: np.random.Generator) -> tuple[FloatArray, IntArray]:
-    """``[anchors, classes]`` scores below 0.2 but for ``candidates`` anchors with one class in 0.3 .. 0.99, and those anchors."""
-    scores = rng.uniform(0.0, 0.2, size=(anchors, classes)).astype(np.float32)
-    chosen = rng.choice(anchors, size=candidates, replace=False)
-    scores[chosen, rng.integers(0, classes, candidates)] = rng.uniform(0.3, 0.99, candidates)
-    return scores, chosen.astype(np.int32)
-
-
-def anchor_free_anchors(height: int, width: int, strides: Sequence[int] = (8, 16, 32)) -> int:
-    """Anchors of an anchor-free YOLO head at that input size: one per cell of each stride's grid."""
-    return sum((height // stride) * (width // stride) for stride in strides)
-
-
-def best_class_candidates(
-    predictions: FloatArray, last_class: int, settings: NmsSettings
-) -> tuple[IntArray, IntArray, FloatArray, IntArray]:
-    """Ultralytics' candidates of anchor-free outputs ``[N, 4 + C + extra, A]`` (class scores in rows 4 to
-    ``last_class``): each anchor whose best class score is above its image's threshold, as (image, anchor, score, class),
-    image by image in anchor order. The max over the strided class axis is cheap, its argmax is not: the argmax is
-    taken only where an anchor can be kept."""
-    best = predictions[:, 4:last_class, :].max(axis=1)  # [N, A]
-    images, anchors = np.nonzero(best > settings.score_thresholds[:, None])
-    class_ids = predictions[images, 4:last_class, anchors].argmax(axis=-1).astype(np.int32)
-    return images, anchors, best[images, anchors], class_ids
+    def merged_extras(
+        self, extras: Mapping[str, np.ndarray], keepers: np.ndarray, members: Sequence[Sequence[int]]
+    ) -> dict[str, np.ndarray]:
+        """The extra answers (by role, ``[n, ...]`` in the photo's pixels) of the merged detections: for each, its
+        ``keepers`` entry (the best of those merged, :class:`vision_serving.tile_merge.Merged`) and its ``members`` (every
+        detection merged into it, the keeper first). By default each one's keeper's."""
+        return {role: np.asarray(values)[np.asarray(keepers, np.int64)] for role, values in extras.items()}
 
 
 def tensor_dims(config: ModelConfig, name: str | None) -> list[int]:
@@ -261,6 +227,41 @@ def _iou_one_to_many(top: FloatArray, boxes: FloatArray, areas: FloatArray) -> F
         return (inter / (area_top + areas - inter)).astype(np.float32)
 
 
+def _best_first(masked: FloatArray) -> np.ndarray:
+    """Each image's candidate slots ``[N, m]`` by descending score (``masked [N, W]``, -inf past its candidates), the
+    ``m = min(W, MAX_NMS)`` best of them (stable: ties keep anchor order)."""
+    width = masked.shape[1]
+    m = min(width, MAX_NMS)
+    if m == width:
+        return np.argsort(-masked, axis=1, kind="stable")
+    part = np.argpartition(-masked, m - 1, axis=1)[:, :m]  # the m best of each image, then sorted
+    part.sort(axis=1)
+    return np.take_along_axis(part, np.argsort(-np.take_along_axis(masked, part, axis=1), axis=1, kind="stable"), axis=1)
+
+
+def _greedy_keep(nms_boxes: FloatArray, alive: np.ndarray, iou_thresholds: FloatArray, limit: int) -> tuple[np.ndarray, IntArray]:
+    """Greedy suppression of each image's candidates ``nms_boxes [N, m, 4]``, best first (``alive [N, m]``: the real
+    ones), every image at once: each iteration keeps each image's best candidate left and drops those whose IoU with
+    it is greater than the image's threshold. The kept slots ``[N, limit]`` and the counts ``[N]``."""
+    n = len(nms_boxes)
+    alive = alive.copy()
+    areas = np.asarray((nms_boxes[..., 2] - nms_boxes[..., 0]) * (nms_boxes[..., 3] - nms_boxes[..., 1]), dtype=np.float32)
+    kept = np.zeros((n, limit), np.int64)
+    counts = np.zeros((n,), np.int32)
+    rows = np.arange(n)
+    thresholds = np.asarray(iou_thresholds, dtype=np.float32)[:, None]
+    for _ in range(limit):
+        has = alive.any(axis=1)
+        if not has.any():
+            break
+        top = np.argmax(alive, axis=1)  # the first alive candidate: the best one left
+        kept[rows[has], counts[has]] = top[has]
+        counts += has
+        alive &= ~(_iou_one_to_many(nms_boxes[rows, top], nms_boxes, areas) > thresholds)
+        alive[rows, top] = False
+    return kept, counts
+
+
 def hard_nms(
     count: int,
     images: IntArray,
@@ -288,56 +289,31 @@ def hard_nms(
     slot = np.arange(len(images)) - np.concatenate([[0], np.cumsum(per_image)[:-1]])[images]
     masked = np.full((count, width), -np.inf, np.float32)  # scores; -inf where an image has fewer candidates
     masked[images, slot] = scores
-    m = min(width, MAX_NMS)
-    if m < width:  # the m best of each image, then sorted (stable: ties keep anchor order)
-        part = np.argpartition(-masked, m - 1, axis=1)[:, :m]
-        part.sort(axis=1)
-        order = np.take_along_axis(part, np.argsort(-np.take_along_axis(masked, part, axis=1), axis=1, kind="stable"), axis=1)
-    else:
-        order = np.argsort(-masked, axis=1, kind="stable")
+    order = _best_first(masked)
     alive = np.take_along_axis(masked, order, axis=1) > -np.inf
-    n = count
     c_scores = np.take_along_axis(masked, order, axis=1)
     c_scores[~alive] = 0
-    c_classes = np.take_along_axis(_side_by_side(np.asarray(class_ids, np.int32), images, slot, (n, width)), order, axis=1)
-    c_boxes = np.take_along_axis(_side_by_side(np.asarray(boxes, np.float32), images, slot, (n, width)), order[..., None], axis=1)
+    c_classes = np.take_along_axis(_side_by_side(np.asarray(class_ids, np.int32), images, slot, (count, width)), order, axis=1)
+    c_boxes = np.take_along_axis(_side_by_side(np.asarray(boxes, np.float32), images, slot, (count, width)), order[..., None], axis=1)
     offset = np.float32(0) if settings.class_agnostic else c_classes.astype(np.float32) * np.float32(MAX_WH)
     nms_boxes = (c_boxes + np.asarray(offset, dtype=np.float32)[..., None]).astype(np.float32)
-    areas = np.asarray((nms_boxes[..., 2] - nms_boxes[..., 0]) * (nms_boxes[..., 3] - nms_boxes[..., 1]), dtype=np.float32)
-    limit = min(settings.max_detections, m)
-    kept = np.zeros((n, limit), np.int64)
-    counts = np.zeros((n,), np.int32)
-    rows = np.arange(n)
-    thresholds = np.asarray(settings.iou_thresholds, dtype=np.float32)[:, None]
-    for _ in range(limit):
-        has = alive.any(axis=1)
-        if not has.any():
-            break
-        top = np.argmax(alive, axis=1)  # the first alive candidate: the best one left
-        kept[rows[has], counts[has]] = top[has]
-        counts += has
-        alive &= ~(_iou_one_to_many(nms_boxes[rows, top], nms_boxes, areas) > thresholds)
-        alive[rows, top] = False
+    kept, counts = _greedy_keep(nms_boxes, alive, settings.iou_thresholds, min(settings.max_detections, order.shape[1]))
     k = int(counts.max())
     kept = kept[:, :k]
     padding = np.arange(k)[None, :] >= counts[:, None]
-    out_boxes = np.take_along_axis(c_boxes, kept[..., None], axis=1)
-    out_scores = np.take_along_axis(c_scores, kept, axis=1)
-    out_classes = np.take_along_axis(c_classes, kept, axis=1)
-    out_boxes[padding] = 0
-    out_scores[padding] = 0
-    out_classes[padding] = 0
 
-    def kept_values(values: np.ndarray) -> np.ndarray:
-        """Per-candidate values gathered as the boxes are: side by side, sorted, the kept ones; zero past a count."""
-        side = _side_by_side(np.asarray(values), images, slot, (n, width))
-        trailing = [1] * (side.ndim - 2)
-        chosen = np.take_along_axis(
-            np.take_along_axis(side, order.reshape(*order.shape, *trailing), axis=1), kept.reshape(*kept.shape, *trailing), axis=1
-        )
+    def kept_of(ordered: np.ndarray) -> np.ndarray:
+        """The kept ones of per-slot values in score order ``[N, m, ...]``; zero past a count."""
+        chosen = np.take_along_axis(ordered, kept.reshape(*kept.shape, *[1] * (ordered.ndim - 2)), axis=1)
         chosen[padding] = 0
         return chosen
 
+    def kept_values(values: np.ndarray) -> np.ndarray:
+        """Per-candidate values gathered as the boxes are: side by side, sorted, the kept ones."""
+        side = _side_by_side(np.asarray(values), images, slot, (count, width))
+        return kept_of(np.take_along_axis(side, order.reshape(*order.shape, *[1] * (side.ndim - 2)), axis=1))
+
+    out_boxes, out_scores, out_classes = kept_of(c_boxes), kept_of(c_scores), kept_of(c_classes)
     return TensorDetections(
         out_boxes.astype(np.float32),
         out_scores.astype(np.float32),

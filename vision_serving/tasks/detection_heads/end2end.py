@@ -9,49 +9,19 @@ test (the model did it). The class count is not in the output: the labels file g
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
 from ...model_config import ConfigError, ModelConfig
 from ..base import Role
-from .base import Head, NmsSettings, TensorDetections, synthetic_boxes, tensor_dims, xywh_to_xyxy
+from .base import Head, NmsSettings, TensorDetections, tensor_dims
 
 COLUMNS = 6
-ROWS = 300  # Ultralytics' max_det: the rows its end-to-end exports give
 
 
 class End2EndHead(Head):
     name = "end2end"
-    layout = "[K, 6]"
-    exports = "NMS in the model"
-    yolo_export = True
-    nms_in_model = True
-
-    @classmethod
-    def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
-        return len(shapes) == 1 and len(shapes[0]) == 2 and shapes[0][1] == COLUMNS
-
-    @classmethod
-    def example_shapes(cls, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
-        return [(ROWS, COLUMNS)]
-
-    @classmethod
-    def synthetic_outputs(
-        cls, shapes: Sequence[tuple[int, ...]], batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
-    ) -> list[np.ndarray]:
-        """Rows of scores below 0.2 but ``candidates`` of them; class ids out of 80."""
-        ((rows_per_image, _),) = shapes
-        corners = xywh_to_xyxy(synthetic_boxes(rows_per_image, size, rng))
-        images = []
-        for _ in range(batch):
-            rows = np.zeros((rows_per_image, COLUMNS), np.float32)
-            rows[:, :4] = corners
-            rows[:, 4] = rng.uniform(0.0, 0.2, rows_per_image)
-            rows[rng.choice(rows_per_image, size=candidates, replace=False), 4] = rng.uniform(0.3, 0.99, candidates)
-            rows[:, 5] = rng.integers(0, 80, rows_per_image)
-            images.append(rows)
-        return [np.stack(images)]
 
     def input_roles(self) -> tuple[Role, ...]:
         return (Role("detections", "FP32", (None, COLUMNS), from_core=True),)

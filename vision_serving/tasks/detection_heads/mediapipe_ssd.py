@@ -96,6 +96,7 @@ def _calculate_scale(min_scale: float, max_scale: float, stride_index: int, num_
     return float(np.float32(min_scale + (max_scale - min_scale) * 1.0 * stride_index / (num_strides - 1.0)))
 
 
+# One function, as SsdAnchorsCalculator::GenerateAnchors is: its quirks are kept in its order, to be read beside it.
 def ssd_anchors(options: AnchorOptions | None = None) -> FloatArray:
     """Anchors ``[A, 4]`` as ``(x_center, y_center, w, h)``, normalized to [0, 1].
 
@@ -300,6 +301,7 @@ def _iou_one_to_many(top: FloatArray, boxes: FloatArray) -> FloatArray:
     return np.where((union > 0) & (inter > 0), inter / safe, np.float32(0)).astype(np.float32)
 
 
+# One function, as NonMaxSuppressionCalculator's WeightedNonMaxSuppression is: read beside it, in its order.
 def weighted_nms(
     boxes: npt.ArrayLike,
     keypoints: npt.ArrayLike,

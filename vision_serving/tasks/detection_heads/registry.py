@@ -19,17 +19,6 @@ HEADS: dict[str, type[Head]] = {
 }
 
 
-def yolo_export_heads(task: str | None = None) -> list[type[Head]]:
-    """The heads a YOLO export's output may be (``new-pipeline --from yolo`` and the benchmarks iterate them): those of
-    the Ultralytics ``task`` (its metadata's; None: every task's)."""
-    return [head for head in HEADS.values() if head.yolo_export and (task is None or head.task == task)]
-
-
-def yolo_tasks() -> list[str]:
-    """The Ultralytics tasks some head serves."""
-    return sorted({head.task for head in HEADS.values() if head.yolo_export})
-
-
 def head_class(name: str) -> type[Head]:
     if name not in HEADS:
         raise ValueError(f"head {name!r} is not one of {', '.join(sorted(HEADS))}")

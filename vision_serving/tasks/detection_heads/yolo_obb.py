@@ -5,7 +5,7 @@ sigmoid), then its rotation in radians (``[-pi/4, 3pi/4)`` as the export decodes
 
 Decoded as Ultralytics' ``non_max_suppression(..., rotated=True)`` (``ultralytics/utils/nms.py``)
 does it: an anchor is a candidate when its best class score is greater than the score threshold,
-its class that best class; at most ``MAX_NMS`` candidates, the best; each one's centre offset by
+its class that best class (:mod:`.anchor_free`); at most ``MAX_NMS`` candidates, the best; each one's centre offset by
 ``class x MAX_WH`` pixels (none when class-agnostic); then fast NMS (``TorchNMS.fast_nms``):
 candidates sorted by score, a candidate dropped when its probabilistic IoU (:func:`probiou`,
 ``batch_probiou``) with ANY better candidate is greater than the IoU threshold, whether that one
@@ -34,22 +34,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...model_config import ConfigError, ModelConfig
-from ..base import Role
+from .anchor_free import AnchorFreeHead, Candidates
 from .base import (
     MAX_NMS,
     MAX_WH,
+    ExtraAnswer,
     FloatArray,
-    Head,
     IntArray,
     NmsSettings,
     TensorDetections,
-    anchor_free_anchors,
-    best_class_candidates,
     boolean,
-    synthetic_boxes,
-    synthetic_scores,
-    tensor_dims,
 )
 
 EPS = np.float32(1e-7)  # batch_probiou's
@@ -150,67 +144,25 @@ def bounds(points: np.ndarray) -> np.ndarray:
     return np.concatenate([points.min(axis=-2), points.max(axis=-2)], axis=-1)
 
 
-class YoloObbHead(Head):
+class YoloObbHead(AnchorFreeHead):
     name = "yolo_obb"
     parameters: ClassVar[dict[str, tuple[Callable[[str], Any], bool]]] = {"regularize_angles": (boolean, False)}
-    layout = "[4+C+1, A]"
-    exports = "YOLOv8, 11, 26 obb"
-    yolo_export = True
-    task = "obb"
     extra_answers = (
-        Role("rotated_boxes", "FP32", (-1, 5), name="ROTATED_BOXES"),
-        Role("corners", "FP32", (-1, 4, 2), name="CORNERS"),
+        ExtraAnswer("rotated_boxes", "FP32", (-1, 5), name="ROTATED_BOXES", drawing="rotated"),
+        ExtraAnswer("corners", "FP32", (-1, 4, 2), name="CORNERS", drawing="rotated"),
     )
     # The precision gate: a lower precision's rotated box of each matched detection against FP32's, by probabilistic IoU.
     gate_defaults: ClassVar[dict[str, float]] = {"min_matched_rotated_iou": 0.90}
-    _classes = 0
+    extra_layout = " + 1"
 
-    @classmethod
-    def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
-        """One output: the box, the classes and the angle per anchor (the angle row past the classes)."""
-        if len(shapes) != 1 or len(shapes[0]) != 2:
-            return False
-        channels, anchors = shapes[0]
-        return channels > 5 and (channels == 5 + classes if classes else channels < anchors)
+    def extra_rows(self, dims: Mapping[str, Sequence[int]]) -> int:
+        return 1  # the angle
 
-    @classmethod
-    def example_shapes(cls, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
-        return [(5 + classes, anchor_free_anchors(height, width))]
-
-    @classmethod
-    def synthetic_outputs(
-        cls, shapes: Sequence[tuple[int, ...]], batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
-    ) -> list[np.ndarray]:
-        ((channels, anchors),) = shapes
-        images = []
-        for _ in range(batch):
-            boxes = synthetic_boxes(anchors, size, rng)
-            scores = synthetic_scores(anchors, channels - 5, candidates, rng)[0]
-            angles = rng.uniform(-np.pi / 4, 3 * np.pi / 4, (anchors, 1))
-            images.append(np.concatenate([boxes, scores, angles], axis=1).T)
-        return [np.stack(images).astype(np.float32)]
-
-    def input_roles(self) -> tuple[Role, ...]:
-        return (Role("predictions", "FP32", (None, None), from_core=True),)
-
-    def bind(self, config: ModelConfig, names: Mapping[str, str | None]) -> None:
-        channels, anchors = tensor_dims(config, names["predictions"])
-        if channels < 6 or anchors < 1:
-            raise ConfigError(
-                f"model '{config.name}': head yolo_obb reads [4 + classes + 1, anchors] predictions; the input is [{channels}, {anchors}]"
-            )
-        self._classes = channels - 5
-
-    @property
-    def num_classes(self) -> int:
-        return self._classes
-
-    def detect(self, raw: Mapping[str, np.ndarray], settings: NmsSettings) -> TensorDetections:
-        """Per image, the kept boxes' axis-aligned bounds in model-input pixels, and each one's ``xywhr`` (extras)."""
-        predictions = np.asarray(raw["predictions"], dtype=np.float32)  # [N, 4 + C + 1, A]
-        count, angle = len(predictions), predictions.shape[1] - 1
-        images, anchors, scores, class_ids = best_class_candidates(predictions, angle, settings)
-        rboxes = predictions[images, :, anchors][:, [0, 1, 2, 3, angle]]  # [M, 5]
+    def suppress(self, candidates: Candidates, settings: NmsSettings) -> TensorDetections:
+        """Per image, :func:`rotated_nms` of its candidates' ``xywhr``: the kept boxes' axis-aligned bounds in
+        model-input pixels, and each one's ``xywhr`` (extras)."""
+        count, images, scores, class_ids = candidates.count, candidates.images, candidates.scores, candidates.class_ids
+        rboxes = np.concatenate([candidates.boxes, candidates.rows], axis=1)  # [M, 5]
         starts = np.searchsorted(images, np.arange(count + 1))
         kept = [
             starts[i]
@@ -224,15 +176,15 @@ class YoloObbHead(Head):
             )
             for i in range(count)
         ]
-        counts = np.array([len(rows) for rows in kept], np.int32)
+        counts = np.array([len(chosen) for chosen in kept], np.int32)
         width = int(counts.max()) if count else 0
         out_rboxes = np.zeros((count, width, 5), np.float32)
         out_scores = np.zeros((count, width), np.float32)
         out_classes = np.zeros((count, width), np.int32)
-        for i, rows in enumerate(kept):
-            out_rboxes[i, : len(rows)] = rboxes[rows]
-            out_scores[i, : len(rows)] = scores[rows]
-            out_classes[i, : len(rows)] = class_ids[rows]
+        for i, chosen in enumerate(kept):
+            out_rboxes[i, : len(chosen)] = rboxes[chosen]
+            out_scores[i, : len(chosen)] = scores[chosen]
+            out_classes[i, : len(chosen)] = class_ids[chosen]
         out_boxes = bounds(corners(out_rboxes)).astype(np.float32)
         out_boxes[np.arange(width)[None, :] >= counts[:, None]] = 0
         return TensorDetections(out_boxes, out_scores, out_classes, counts, extras={"xywhr": out_rboxes})
@@ -277,6 +229,19 @@ class YoloObbHead(Head):
         points[np.arange(rboxes.shape[1])[None, :] >= found.counts[:, None]] = 0
         answered = regularize(rboxes) if self.values.get("regularize_angles") else rboxes
         return {"rotated_boxes": answered.astype(np.float32), "corners": points.astype(np.float32)}
+
+    # Tiled: SAHI merges oriented boxes by NMS only (a union of two rotated boxes is none), on their bounds, which follow
+    # the corners past a tile's edge (Ultralytics clips neither) and are clipped to the photo once merged.
+    clips_to_tile = False
+    tile_merges = ("nms",)
+
+    def shift_extras(self, extras: Mapping[str, np.ndarray], offsets: np.ndarray) -> dict[str, np.ndarray]:
+        """Each rotated box's centre and corners moved by its tile's origin."""
+        origins = np.asarray(offsets, np.float32).reshape(-1, 2)
+        rotated = np.array(extras["rotated_boxes"], np.float32).reshape(-1, 5)
+        rotated[:, :2] += origins
+        points = np.asarray(extras["corners"], np.float32).reshape(-1, 4, 2) + origins[:, None, :]
+        return {**extras, "rotated_boxes": rotated, "corners": points.astype(np.float32)}
 
 
 HEAD = YoloObbHead

@@ -4,7 +4,7 @@ Two outputs: ``predictions [N, 4 + C + M, A]`` (per anchor: box centre x, y, wid
 model-input pixels, C class scores, already sigmoid, then M mask coefficients, 32) and ``protos [N, M,
 H/4, W/4]`` (the mask prototypes at a quarter of the input's resolution).
 
-Detections are decoded as the ``yolo`` head decodes them (Ultralytics' ``non_max_suppression``:
+Detections are decoded as every anchor-free head's (:mod:`.anchor_free`, Ultralytics' ``non_max_suppression``:
 the best class above the score threshold, class-aware hard NMS), each kept box carrying its anchor's
 mask coefficients. Its mask is then computed in the photo's pixels exactly as Ultralytics' predictor
 computes it with ``retina_masks=True`` (``ultralytics/utils/ops.py``: ``process_mask_native``,
@@ -33,23 +33,12 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from ...model_config import ConfigError, ModelConfig
+from ...model_config import ModelConfig
 from ..base import Role
 from ..segmentation import decode_png, encode_png
-from .base import (
-    Head,
-    NmsSettings,
-    TensorDetections,
-    anchor_free_anchors,
-    best_class_candidates,
-    hard_nms,
-    synthetic_boxes,
-    synthetic_scores,
-    tensor_dims,
-    xywh_to_xyxy,
-)
+from .anchor_free import AnchorFreeHead
+from .base import ExtraAnswer, FloatArray, TensorDetections, tensor_dims
 
-MASK_COEFFICIENTS = 32  # Ultralytics' Segment head: nm, the prototypes and each detection's coefficients
 PROTO_STRIDE = 4  # the prototypes' resolution: a quarter of the input's (what process_mask_native assumes)
 
 
@@ -127,74 +116,27 @@ def _support(weights: np.ndarray) -> tuple[int, int]:
     return (int(used[0]), int(used[-1]) + 1) if len(used) else (0, weights.shape[1])
 
 
-class YoloSegmentHead(Head):
+class YoloSegmentHead(AnchorFreeHead):
     name = "yolo_segment"
-    layout = "[4+C+M, A], [M, H/4, W/4]"
-    exports = "YOLOv8, 11 segment"
-    yolo_export = True
-    task = "segment"
-    extra_answers: ClassVar[tuple[Role, ...]] = (
-        Role("masks", "BYTES", (-1,), name="MASKS"),
-        Role("mask_boxes", "INT32", (-1, 4), name="MASK_BOXES"),
+    extra_answers: ClassVar[tuple[ExtraAnswer, ...]] = (
+        ExtraAnswer("masks", "BYTES", (-1,), name="MASKS", drawing="masks"),
+        ExtraAnswer("mask_boxes", "INT32", (-1, 4), name="MASK_BOXES", drawing="masks"),
     )
     # The precision gate: a lower precision's mask of each matched detection against FP32's, by IoU.
     gate_defaults: ClassVar[dict[str, float]] = {"min_matched_mask_iou": 0.90}
-    _classes = 0
+    extra_inputs: ClassVar[tuple[Role, ...]] = (Role("protos", "FP32", (None, None, None), from_core=True),)
+    extra_layout = " + M"
+    extra_inputs_layout: ClassVar[str] = " and [M, H/4, W/4] prototypes"
     _protos: tuple[int, int, int] | None = None
 
-    @classmethod
-    def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
-        """Predictions then prototypes, the rows past the boxes and classes as many as the prototypes."""
-        if len(shapes) != 2 or len(shapes[0]) != 2 or len(shapes[1]) != 3:
-            return False
-        (channels, anchors), (coefficients, height, width) = shapes
-        rest = channels - 4 - coefficients
-        if min(coefficients, height, width, rest) < 1:
-            return False
-        return rest == classes if classes else channels < anchors
-
-    @classmethod
-    def example_shapes(cls, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
-        return [
-            (4 + classes + MASK_COEFFICIENTS, anchor_free_anchors(height, width)),
-            (MASK_COEFFICIENTS, height // PROTO_STRIDE, width // PROTO_STRIDE),
-        ]
-
-    @classmethod
-    def synthetic_outputs(
-        cls, shapes: Sequence[tuple[int, ...]], batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
-    ) -> list[np.ndarray]:
-        """Coefficients and prototypes of a standard normal: the classes are what the coefficients leave."""
-        (channels, anchors), (coefficients, height, width) = shapes
-        classes = channels - 4 - coefficients
-        images = []
-        for _ in range(batch):
-            boxes = synthetic_boxes(anchors, size, rng)
-            scores = synthetic_scores(anchors, classes, candidates, rng)[0]
-            images.append(np.concatenate([boxes, scores, rng.standard_normal((anchors, coefficients))], axis=1).T)
-        protos = rng.standard_normal((batch, coefficients, height, width))
-        return [np.stack(images).astype(np.float32), protos.astype(np.float32)]
-
-    def input_roles(self) -> tuple[Role, ...]:
-        return (
-            Role("predictions", "FP32", (None, None), from_core=True),
-            Role("protos", "FP32", (None, None, None), from_core=True),
-        )
+    def extra_rows(self, dims: Mapping[str, Sequence[int]]) -> int:
+        """As many mask coefficients as prototypes."""
+        return int(dims["protos"][0])
 
     def bind(self, config: ModelConfig, names: Mapping[str, str | None]) -> None:
-        channels, anchors = tensor_dims(config, names["predictions"])
+        super().bind(config, names)
         coefficients, height, width = tensor_dims(config, names["protos"])
-        if min(coefficients, height, width, anchors) < 1 or channels < 5 + coefficients:
-            raise ConfigError(
-                f"model '{config.name}': head yolo_segment reads [4 + classes + M, anchors] predictions and [M, H/4, W/4] "
-                f"prototypes; the inputs are [{channels}, {anchors}] and [{coefficients}, {height}, {width}]"
-            )
-        self._classes = channels - 4 - coefficients
         self._protos = (coefficients, height, width)
-
-    @property
-    def num_classes(self) -> int:
-        return self._classes
 
     def check(self, tensor_height: int, tensor_width: int) -> list[str]:
         if self._protos is None:
@@ -207,13 +149,9 @@ class YoloSegmentHead(Head):
             ]
         return []
 
-    def detect(self, raw: Mapping[str, np.ndarray], settings: NmsSettings) -> TensorDetections:
-        predictions = np.asarray(raw["predictions"], dtype=np.float32)  # [N, 4 + C + M, A]
-        last_class = predictions.shape[1] - np.asarray(raw["protos"]).shape[1]
-        images, anchors, scores, class_ids = best_class_candidates(predictions, last_class, settings)
-        boxes = xywh_to_xyxy(predictions[images, :4, anchors])
-        coefficients = predictions[images, last_class:, anchors]
-        return hard_nms(len(predictions), images, boxes, scores, class_ids, settings, extras={"coefficients": coefficients})
+    def carried(self, rows: FloatArray) -> tuple[FloatArray | None, dict[str, np.ndarray]]:
+        """Each candidate's mask coefficients ``[M, coefficients]``."""
+        return None, {"coefficients": rows}
 
     def gate_similarities(
         self, reference: Mapping[str, np.ndarray], candidate: Mapping[str, np.ndarray], i: int, j: int
@@ -252,6 +190,38 @@ class YoloSegmentHead(Head):
                 if crop[2] > crop[0] and crop[3] > crop[1]:
                     masks[image, index] = encode_png(photo.mask(coefficients[image, index], crop).astype(np.uint8) * 255, binary=True)
         return {"masks": masks, "mask_boxes": mask_boxes}
+
+    def shift_extras(self, extras: Mapping[str, np.ndarray], offsets: np.ndarray) -> dict[str, np.ndarray]:
+        """Each mask's box moved by its tile's origin (the mask itself is the same pixels)."""
+        origins = np.asarray(offsets, np.int32).reshape(-1, 2)
+        return {
+            **extras,
+            "mask_boxes": np.asarray(extras["mask_boxes"], np.int32).reshape(-1, 4) + np.concatenate([origins, origins], axis=1),
+        }
+
+    def merged_extras(
+        self, extras: Mapping[str, np.ndarray], keepers: np.ndarray, members: Sequence[Sequence[int]]
+    ) -> dict[str, np.ndarray]:
+        """A merged detection's mask: the union of its members' masks (SAHI merges them so, as polygons), over the union
+        of their mask boxes; a lone detection's as it is."""
+        masks, boxes = np.asarray(extras["masks"], dtype=object), np.asarray(extras["mask_boxes"], np.int32).reshape(-1, 4)
+        out_masks = np.full(len(members), b"", dtype=np.object_)
+        out_boxes = np.zeros((len(members), 4), np.int32)
+        for row, group in enumerate(members):
+            placed = [index for index in group if boxes[index, 2] > boxes[index, 0] and boxes[index, 3] > boxes[index, 1]]
+            if len(group) == 1 or not placed:
+                out_masks[row], out_boxes[row] = masks[group[0]], boxes[group[0]]
+                continue
+            x0, y0 = boxes[placed, 0].min(), boxes[placed, 1].min()
+            x1, y1 = boxes[placed, 2].max(), boxes[placed, 3].max()
+            canvas = np.zeros((y1 - y0, x1 - x0), bool)
+            for index in placed:
+                if masks[index]:
+                    bx0, by0, bx1, by1 = (int(v) for v in boxes[index])
+                    canvas[by0 - y0 : by1 - y0, bx0 - x0 : bx1 - x0] |= decode_png(bytes(masks[index])) > 0
+            out_boxes[row] = (x0, y0, x1, y1)
+            out_masks[row] = encode_png(canvas.astype(np.uint8) * 255, binary=True)
+        return {"masks": out_masks, "mask_boxes": out_boxes}
 
 
 HEAD = YoloSegmentHead

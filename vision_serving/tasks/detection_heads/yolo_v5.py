@@ -10,59 +10,18 @@ agnostic) hard NMS (:func:`.base.hard_nms`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 
 from ...model_config import ConfigError, ModelConfig
 from ..base import Role
-from .base import (
-    Head,
-    NmsSettings,
-    TensorDetections,
-    anchor_free_anchors,
-    hard_nms,
-    synthetic_boxes,
-    synthetic_scores,
-    tensor_dims,
-    xywh_to_xyxy,
-)
-
-ANCHORS_PER_CELL = 3  # YOLOv5's anchor boxes per grid cell and stride
+from .base import Head, NmsSettings, TensorDetections, hard_nms, tensor_dims, xywh_to_xyxy
 
 
 class YoloV5Head(Head):
     name = "yolo_v5"
-    layout = "[A, 5+C]"
-    exports = "the original YOLOv5"
-    yolo_export = True
     _classes = 0
-
-    @classmethod
-    def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
-        if len(shapes) != 1 or len(shapes[0]) != 2:
-            return False
-        anchors, channels = shapes[0]
-        return channels > 5 and (channels == 5 + classes if classes else anchors > channels)
-
-    @classmethod
-    def example_shapes(cls, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
-        return [(ANCHORS_PER_CELL * anchor_free_anchors(height, width), 5 + classes)]
-
-    @classmethod
-    def synthetic_outputs(
-        cls, shapes: Sequence[tuple[int, ...]], batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
-    ) -> list[np.ndarray]:
-        """Objectness 1 for the candidates, 0.2 for the rest: the product is what the threshold sees."""
-        ((anchors, channels),) = shapes
-        boxes = synthetic_boxes(anchors, size, rng)
-        images = []
-        for _ in range(batch):
-            scores, chosen = synthetic_scores(anchors, channels - 5, candidates, rng)
-            objectness = np.full((anchors, 1), 0.2, np.float32)
-            objectness[chosen] = 1.0
-            images.append(np.concatenate([boxes, objectness, scores], axis=1))
-        return [np.stack(images).astype(np.float32)]
 
     def input_roles(self) -> tuple[Role, ...]:
         return (Role("predictions", "FP32", (None, None), from_core=True),)

@@ -35,6 +35,17 @@ def text_detection(config: ModelConfig) -> preprocessing.Preprocess:
     return preprocess
 
 
+def text_detection_request(config: ModelConfig) -> preprocessing.Preprocess:
+    """One request's detector input (the served preprocess): its photos must share one detector size (one photo per
+    request always does), since Triton batches requests of equal shapes only."""
+    max_side = max_detector_side(config)
+
+    def preprocess(decoded: Sequence[image_codec.Decoded]) -> dict[str, np.ndarray]:
+        return text_steps.preprocess_outputs(text_steps.prepare_decoded(decoded, TEXT_DEFAULTS.detection, max_side))
+
+    return preprocess
+
+
 def check_text_detection(config: ModelConfig) -> list[str]:
     """The outputs the text detection preprocessor writes, by name, type and dims."""
     expected = {
@@ -65,4 +76,7 @@ PREPROCESSOR = Preprocessor(
     check=check_text_detection,
     profiles=text_detection_profiles,
     normalization=text_detection_normalization,
+    pixels=text_steps.DETECTOR_INPUT,
+    parameters=("max_detector_side",),
+    request=text_detection_request,
 )

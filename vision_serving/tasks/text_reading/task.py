@@ -234,6 +234,9 @@ class TextReadingTask(Task):
     # Its preprocess sizes the detector's input per photo (preprocessor "text_detection").
     preprocessors = (text_preprocessor.PREPROCESSOR,)
 
+    def config_roles(self, config: ModelConfig) -> tuple[tuple[Role, ...], tuple[Role, ...]]:
+        return INPUT_ROLES, OUTPUT_ROLES
+
     def postprocessor(self, config: ModelConfig, model_dir: Path) -> TextReadingPostprocessor:
         return TextReadingPostprocessor(config, model_dir)
 

@@ -1,3 +1,4 @@
-"""Triton entry point; the model lives in vision_serving.triton_models.preprocess (shared by every pipeline)."""
+# Generated from pipeline.toml by `python -m builders configs --pipeline person_segmenter`: edit pipeline.toml, then run it.
+"""Triton entry point: the preprocess model every pipeline shares (vision_serving.triton_models.preprocess)."""
 
 from vision_serving.triton_models.preprocess import TritonPythonModel  # noqa: F401

@@ -1,3 +1,4 @@
-"""Triton entry point; the model lives in vision_serving.triton_models.core (shared by every pipeline)."""
+# Generated from pipeline.toml by `python -m builders configs --pipeline text_reader`: edit pipeline.toml, then run it.
+"""Triton entry point: the core model every pipeline shares (vision_serving.triton_models.core)."""
 
 from vision_serving.triton_models.core import TritonPythonModel  # noqa: F401

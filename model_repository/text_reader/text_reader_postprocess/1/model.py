@@ -1,3 +1,4 @@
-"""Triton entry point; the model lives in vision_serving.triton_models.text_postprocess (the text_reading task, BLS)."""
+# Generated from pipeline.toml by `python -m builders configs --pipeline text_reader`: edit pipeline.toml, then run it.
+"""Triton entry point: the postprocess model every pipeline shares (vision_serving.triton_models.postprocess)."""
 
-from vision_serving.triton_models.text_postprocess import TritonPythonModel  # noqa: F401
+from vision_serving.triton_models.postprocess import TritonPythonModel  # noqa: F401

@@ -321,7 +321,7 @@ def test_cast_nonzero_input_gives_each_bool_mask_one_float_copy(readers):
 
 @pytest.mark.parametrize("bounds", [("low", "high"), ("low", ""), ("", "high"), ()])
 def test_integer_clip_becomes_max_then_min(bounds):
-    """Ultralytics' nms=True, dynamic=True, batch=B exports clamp an INT64 count with Clip, which TensorRT takes on floats only."""
+    """Ultralytics' nms=True, dynamic=True, batch=B exports clamp an INT64 count with Clip (TensorRT's parser takes it as is)."""
     nodes = [helper.make_node("Clip", ["x", *bounds], ["y"], name="clamp")]
     initializers = [const("low", 0, np.int64), const("high", 4, np.int64)]
     before = model(nodes, [value("x", [5], TensorProto.INT64)], [value("y", [5], TensorProto.INT64)], initializers)
@@ -339,8 +339,11 @@ def test_float_clip_is_left_to_tensorrt():
     assert fix(built, ["integer_clip_to_min_max"]).passes[0].rewrites == 0
 
 
-def test_check_names_the_pass_for_each_type_tensorrt_refuses():
+def test_check_reports_neither_type_the_parser_takes_and_the_rewrites_stay_optional():
+    """TensorRT's ONNX parser takes NonZero on BOOL and Clip on INT64 (onnx-tensorrt's importers): check finds nothing,
+    fix's defaults leave them, and the two optional passes still rewrite them to the same values."""
     from builders import trt_compat
+    from builders.passes import registry
 
     built = model(
         [helper.make_node("Clip", ["count", "low"], ["clamped"]), helper.make_node("NonZero", ["mask"], ["indices"])],
@@ -348,7 +351,7 @@ def test_check_names_the_pass_for_each_type_tensorrt_refuses():
         [value("clamped", [1], TensorProto.INT64), value("indices", [1, None], TensorProto.INT64)],
         [const("low", 0, np.int64)],
     )
-    fixes = {finding.op: finding.fix for finding in trt_compat.check_model(built).findings if finding.code == "unsupported-dtype"}
-    assert fixes == {"Clip": ("integer_clip_to_min_max",), "NonZero": ("cast_nonzero_input",)}
-    fixed = fix(built, ["cast_nonzero_input", "integer_clip_to_min_max"]).model
-    assert not [finding for finding in trt_compat.check_model(fixed).findings if finding.code == "unsupported-dtype"]
+    assert not [finding for finding in trt_compat.check_model(built).findings if finding.code == "unsupported-dtype"]
+    assert not {"cast_nonzero_input", "integer_clip_to_min_max"} & set(registry.DEFAULT_PASSES)
+    fixed = fix(built, list(registry.OPTIONAL_PASSES)).model
+    assert "Clip" not in op_types(fixed) and "Where" in op_types(fixed)

@@ -1,4 +1,4 @@
-"""The one pass registry: every name anyone gives (``fix --passes``, recipes, export_onnx, check's hints) is registered."""
+"""The one pass registry: every name anyone gives (``fix --passes``, recipes, check's hints) is registered."""
 
 from __future__ import annotations
 
@@ -10,28 +10,24 @@ import onnx
 import onnx_graphsurgeon as gs
 import pytest
 
-from builders import BuildError, export, export_onnx, fix_onnx, loaded
+from builders import BuildError, export, fix_onnx, loaded
 from builders.passes import batch, cleanup, registry
 from builders.passes.graph import PassError
 from vision_serving import layout
 
-TRT_COMPAT = Path(__file__).resolve().parents[4] / "builders" / "trt_compat.py"
+BUILDERS = Path(__file__).resolve().parents[4] / "builders"
+TRT_COMPAT = (BUILDERS / "trt_compat.py", BUILDERS / "trt_compat_rules.py")
 
 
 def trt_compat_fix_hints() -> set[str]:
-    """Every pass name in a ``fix=(...)`` of builders/trt_compat.py (read with ``ast``, nothing run), and its table of
-    the passes for unsupported types."""
-    from builders import trt_compat
-
-    hints: set[str] = set(trt_compat.DTYPE_FIXES.values())
-    for node in ast.walk(ast.parse(TRT_COMPAT.read_text())):
+    """Every pass name in a ``fix=(...)`` of builders/trt_compat.py and its rules (read with ``ast``, nothing run)."""
+    hints: set[str] = set()
+    for node in (node for path in TRT_COMPAT for node in ast.walk(ast.parse(path.read_text()))):
         if not isinstance(node, ast.Call):
             continue
         for keyword in node.keywords:
             if keyword.arg != "fix" or (isinstance(keyword.value, ast.Name) and keyword.value.id == "fix"):
                 continue  # Checker.add passing its own argument on
-            if isinstance(keyword.value, ast.IfExp) and ast.unparse(keyword.value) == "(fix,) if fix else ()":
-                continue  # a DTYPE_FIXES entry, counted above
             assert isinstance(keyword.value, ast.Tuple), f"line {node.lineno}: a fix hint that is not a literal tuple"
             for element in keyword.value.elts:
                 assert isinstance(element, ast.Constant) and isinstance(element.value, str), f"line {node.lineno}"
@@ -41,12 +37,19 @@ def trt_compat_fix_hints() -> set[str]:
 
 def test_every_fix_hint_check_can_emit_is_a_registered_pass() -> None:
     hints = trt_compat_fix_hints()
-    assert {"custom_op_rewrites", "remove_noops", "fuse_pad_into_conv", "batch_dimension"} <= hints  # the walk finds them
+    assert {
+        "custom_op_rewrites",
+        "remove_noops",
+        "fuse_pad_into_conv",
+        "batch_dimension",
+        "einsum_to_matmul",
+    } <= hints  # the walk finds them
     assert registry.check_names(sorted(hints)) == sorted(hints)
 
 
 def test_names_defaults_and_docs() -> None:
-    assert set(registry.DEFAULT_PASSES) == set(registry.names())
+    assert set(registry.DEFAULT_PASSES) | set(registry.OPTIONAL_PASSES) == set(registry.names())
+    assert not set(registry.DEFAULT_PASSES) & set(registry.OPTIONAL_PASSES)
     assert len(registry.DEFAULT_PASSES) == len(set(registry.DEFAULT_PASSES))
     assert registry.DEFAULT_PASSES.index("batch_reshape_placeholder") > registry.DEFAULT_PASSES.index("batch_dimension")
     documented = {**registry.PASSES, "stable_io_names": batch.stable_io_names, "batch_dimension": batch.set_batch_dimension}
@@ -63,8 +66,7 @@ def test_one_name_check_for_every_caller(tmp_path: Path) -> None:
     with pytest.raises(registry.UnknownPassError, match="unknown pass"):
         fix_onnx.parse_pass_list("remove_noops,nope")
     assert fix_onnx.parse_pass_list(None) == list(registry.DEFAULT_PASSES)
-    # export_onnx's passes, and apply_passes before it reads the model
-    assert registry.check_names(export_onnx.GRAPH_PASSES)
+    # apply_passes, before it reads the model
     with pytest.raises(registry.UnknownPassError, match="unknown pass"):
         registry.apply_passes(onnx.ModelProto(), ["nope"])
     # every recipe's [fix] passes; an unknown one stops export before any conversion

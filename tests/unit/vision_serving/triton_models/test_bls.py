@@ -5,13 +5,10 @@ postprocess builds every request to its second stages that way; with a stand-in 
 from __future__ import annotations
 
 import asyncio
-import importlib
-import sys
 import types
 from typing import Any, NamedTuple
 
 import numpy as np
-import pytest
 
 from vision_serving.triton_models import bls
 
@@ -87,22 +84,11 @@ def test_a_bls_request_asks_for_cpu_memory():
     }
 
 
-@pytest.fixture
-def text_postprocess(monkeypatch):
-    """The text reader's postprocess module imported against a stand-in stub (and re-imported after)."""
-    stub = Stub()
-    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", stub.module())
-    monkeypatch.delitem(sys.modules, "vision_serving.triton_models.text_postprocess", raising=False)
-    module = importlib.import_module("vision_serving.triton_models.text_postprocess")
-    yield module, stub
-    sys.modules.pop("vision_serving.triton_models.text_postprocess", None)
-
-
-def test_the_text_readers_second_stages_answer_in_cpu_memory(text_postprocess):
+def test_the_text_readers_second_stages_answer_in_cpu_memory():
     """Each chunk the postprocess sends to the classifier or the recognizer is a request for CPU memory, and its
     answer is read as numpy (a request without it is answered as a GPU stage would be: refused)."""
-    module, stub = text_postprocess
-    recognizer = module.BlsModel("text_reader_core_recognizer", "images", ("indices", "scores"))
+    stub = Stub()
+    recognizer = bls.StageModel(stub.module(), "text_reader_core_recognizer", "images", ("indices", "scores"))
     batch = np.arange(2 * 3 * 48 * 320, dtype=np.float64).reshape(2, 3, 48, 320)
     indices, scores = asyncio.run(recognizer(batch))  # the outputs named, in their order
     np.testing.assert_array_equal(indices, batch.astype(np.float32) * 2)

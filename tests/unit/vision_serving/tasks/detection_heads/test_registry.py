@@ -1,120 +1,148 @@
-"""The head registry's facts: each YOLO-export head fits its own outputs and no other head's, its synthetic
-outputs carry exactly the candidates asked for, and a new head is found by the YOLO family through the registry."""
+"""The head registry, and what a new head takes: its module (here a throwaway one), its line in the registry and, for
+a head a YOLO export carries, its export's facts; the YOLO family, the benchmark and the detection client then pick it
+up with no other edit."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import argparse
+import sys
+import types
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
+import cv2
 import numpy as np
 import pytest
 
+from benchmarks import detection as detection_benchmark
 from builders.families import yolo as yolo_family
-from vision_serving.model_config import ModelConfig
-from vision_serving.tasks.base import Role
+from builders.families import yolo_exports
+from devtools.clients import detection as detection_client
+from vision_serving.tasks import detection
 from vision_serving.tasks.detection_heads import registry
-from vision_serving.tasks.detection_heads.base import Head, NmsSettings, TensorDetections, tensor_dims
-
-YOLO_HEADS = registry.yolo_export_heads("detect")
-POSE = {"keypoint_shape": "17,3"}  # COCO's keypoints, as the pose heads' example shapes assume
-
-
-def instance(head: type[Head]) -> Head:
-    """The head with the parameters it requires."""
-    return head.from_parameters({key: value for key, value in POSE.items() if key in head.parameters})
+from vision_serving.tasks.detection_heads.anchor_free import AnchorFreeHead
+from vision_serving.tasks.detection_heads.base import ExtraAnswer, FloatArray, NmsSettings, TensorDetections
 
 
 def settings(images: int) -> NmsSettings:
     return NmsSettings(np.full(images, 0.25, np.float32), np.full(images, 0.7, np.float32), 300)
 
 
-def test_the_yolo_export_heads_state_their_facts():
-    assert [head.name for head in YOLO_HEADS] == ["yolo", "yolo_v5", "end2end"]
-    assert registry.yolo_tasks() == ["detect", "obb", "pose", "segment"]
-    assert [head.name for head in registry.yolo_export_heads("pose")] == ["yolo_pose"]
-    assert [head.name for head in registry.yolo_export_heads("obb")] == ["yolo_obb"]
-    assert [head.name for head in registry.yolo_export_heads("segment")] == ["yolo_segment"]
-    for head in registry.yolo_export_heads():
-        assert head.layout.startswith("[") and head.exports, head.name
-    assert [head.name for head in YOLO_HEADS if head.nms_in_model] == ["end2end"]
-    assert not registry.head_class("mediapipe_ssd").yolo_export
+# --------------------------------------------------------------------------- a throwaway head
 
 
-@pytest.mark.parametrize("size", [(640, 640), (320, 480)])
-def test_each_head_fits_its_own_outputs_and_no_other_of_its_task(size):
-    expected = {
-        "yolo": [(84, 8400)],
-        "yolo_v5": [(25200, 85)],
-        "end2end": [(300, 6)],
-        "yolo_pose": [(56, 8400)],
-        "yolo_segment": [(37, 8400), (32, 160, 160)],
-        "yolo_obb": [(6, 8400)],
+class _DepthHead(AnchorFreeHead):
+    """A throwaway head: ``[4 + C + 1, A]``, each anchor's row past the classes its distance from the camera (a model
+    of its own), answered per detection as DEPTHS."""
+
+    name = "yolo_depth"
+    extra_layout = " + 1"
+    extra_answers: ClassVar[tuple[ExtraAnswer, ...]] = (ExtraAnswer("depths", "FP32", (-1,), name="DEPTHS", drawing="depths"),)
+
+    def extra_rows(self, dims: Mapping[str, Sequence[int]]) -> int:
+        return 1
+
+    def carried(self, rows: FloatArray) -> tuple[FloatArray | None, dict[str, np.ndarray]]:
+        return None, {"depth": rows[:, 0]}
+
+    def extras_to_photo(
+        self, found: TensorDetections, raw: Mapping[str, np.ndarray], transforms: np.ndarray, sizes: np.ndarray, boxes: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        return {"depths": found.extras["depth"]}
+
+
+# Its export: what an Ultralytics "depth" task (there is none) would give.
+_DEPTH_EXPORT = yolo_exports.AnchorFree("[4+C+1, A]", "a test's own model", task="depth", extra_rows=1)
+
+
+def _depth_drawing() -> types.ModuleType:
+    """What devtools/clients/draw_depths.py would hold: each detection's depth written under its box, and listed."""
+    module = types.ModuleType("devtools.clients.draw_depths")
+    painted: list[int] = []  # the detections each picture got written
+
+    def painter(outputs: Mapping[str, Any], count: int, paint: Callable[[np.ndarray, int], None]) -> Callable[[np.ndarray, int], None]:
+        def on(picture: np.ndarray, width: int) -> None:
+            paint(picture, width)
+            painted.append(count)
+            for box, depth in zip(np.asarray(outputs["boxes"]).reshape(-1, 4)[:count], np.asarray(outputs["depths"]).reshape(-1)):
+                cv2.putText(picture, f"{depth:.1f} m", (int(box[0]), int(box[3])), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 0, 0), width)
+
+        return on
+
+    def fields(outputs: Mapping[str, Any], index: int) -> dict[str, Any]:
+        return {"depth_m": round(float(np.asarray(outputs["depths"]).reshape(-1)[index]), 3)}
+
+    module.painter, module.fields, module.painted = painter, fields, painted  # type: ignore[attr-defined]
+    return module
+
+
+@pytest.fixture
+def depth_head(monkeypatch):
+    """The throwaway head's registry line, its export's facts and its drawing's module, for the test."""
+    monkeypatch.setitem(registry.HEADS, _DepthHead.name, _DepthHead)
+    monkeypatch.setitem(yolo_exports.EXPORTS, _DepthHead.name, _DEPTH_EXPORT)
+    monkeypatch.setitem(sys.modules, "devtools.clients.draw_depths", _depth_drawing())
+
+
+def test_without_its_lines_the_family_knows_no_such_head():
+    assert "depth" not in yolo_exports.tasks()
+    with pytest.raises(ValueError, match="head 'yolo_depth' is not one of"):
+        registry.head_class("yolo_depth")
+
+
+def test_the_family_reads_a_new_head_export_and_writes_its_pipeline(depth_head):
+    """new-pipeline --from yolo: the task accepted, the outputs recognized as the head's, its answer in the configs."""
+    assert "depth" in yolo_exports.tasks()
+    assert yolo_family._head([(1, 4 + 80 + 1, 8400)], 80, {}, None, "depth.onnx: output 'output0'", "depth") == "yolo_depth"
+    with pytest.raises(
+        yolo_family.UnsupportedModel, match=r"supported formats for its 80 classes: yolo_depth \[N, 4\+C\+1, A\] \(a test's own model\)"
+    ):
+        yolo_family._head([(1, 4 + 80, 8400)], 80, {}, None, "depth.onnx: output 'output0'", "depth")
+    model = yolo_family.YoloModel("images", 64, 64, ("output0",), ((1, 7, 84),), "yolo_depth", ("a", "b"), False, True, task="depth")
+    files = yolo_family.files("depth", model, "depth.onnx", "0" * 64, ["stable_io_names"], 4)
+    for config in ("depth/config.pbtxt", "depth_postprocess/config.pbtxt"):
+        assert 'name: "DEPTHS"' in files[config], config
+    assert "The raw [4+C+1, A] outputs" in files["pipeline.toml"]  # the spec says what the core gives
+
+
+def test_the_benchmark_measures_a_new_head(depth_head, tmp_path):
+    """benchmarks.steps --parts detection: the head among those measured, on synthetic outputs the anchor-free way."""
+    assert detection_benchmark.heads()["yolo_depth"] == [(4 + 80 + 1, 8400)]
+    measured = detection_benchmark.measure("yolo_depth", 10, 2, 1, tmp_path)
+    assert 0 < measured["kept_per_image"] <= 10 and measured["ms_per_image"] >= 0
+
+
+def test_the_client_draws_and_lists_a_new_head_answer(depth_head, tmp_path):
+    """./scripts/detect: the served answers of the head (the postprocess the family writes, on the benchmark's outputs)
+    drawn and listed by the drawing its answer names."""
+    post = detection_benchmark.postprocessor("yolo_depth", tmp_path)
+    raw = detection_benchmark.synthetic_outputs("yolo_depth", [(4 + 80 + 1, 8400)], 80, 1, 3, (640, 640), np.random.default_rng(1))
+    tensors = {
+        "PREDICTIONS": raw[0],
+        "IMAGE_SIZE": np.array([[480, 640]], np.int32),
+        "IMAGE_TRANSFORM": np.array([[1, 1, 0, 80]], np.float32),
     }
-    for head in registry.yolo_export_heads():
-        shapes = head.example_shapes(80 if head.task == "detect" else 1, *size)
-        if size == (640, 640):
-            assert shapes == expected[head.name]
-        classes = 80 if head.task == "detect" else 1
-        assert [other.name for other in registry.yolo_export_heads(head.task) if other.fits(shapes, classes)] == [head.name]
-        assert not head.fits([(*shapes[0], 1)], classes) and not head.fits([shapes[0], shapes[0]], classes)
+    served = post.run(post.parse(tensors)).outputs()
+    assert "DEPTHS" in served and "depths" in {role.role for role in detection.TASK.output_roles()}
+    outputs = {role: served[name][0] for role, name in post.outputs.items() if name is not None}  # one image's, by role
+    _, image = cv2.imencode(".png", np.full((480, 640, 3), 255, np.uint8))
+    drawn = tmp_path / "drawn.png"
+    report = detection_client.CLIENT.report("photo.png", outputs, image.tobytes(), argparse.Namespace(draw=drawn, single_image=True))
+    count = int(outputs["count"][0])
+    assert count and [item["depth_m"] for item in report.record["detections"]] == [round(float(d), 3) for d in outputs["depths"][:count]]
+    assert sys.modules["devtools.clients.draw_depths"].painted == [count] and report.record["drawn"] == str(drawn) and drawn.is_file()
 
 
-def test_without_a_class_count_the_shape_alone_decides():
-    assert registry.head_class("yolo").fits([(84, 8400)], None) and not registry.head_class("yolo").fits([(8400, 84)], None)
-    assert registry.head_class("yolo_v5").fits([(8400, 85)], None) and not registry.head_class("yolo_v5").fits([(85, 8400)], None)
-    # [K, 6] with no names: end2end or a one-class YOLOv5 (the family asks for --head).
-    assert [head.name for head in YOLO_HEADS if head.fits([(300, 6)], None)] == ["yolo_v5", "end2end"]
-
-
-@pytest.mark.parametrize("candidates", [0, 1, 10, 40])
-def test_synthetic_outputs_carry_exactly_the_candidates(candidates):
-    for head in registry.yolo_export_heads():
-        shapes = head.example_shapes(80, 320, 320)
-        outputs = head.synthetic_outputs(shapes, 3, candidates, (320, 320), np.random.default_rng(candidates))
-        assert [item.shape[1:] for item in outputs] == shapes and all(item.shape[0] == 3 and item.dtype == np.float32 for item in outputs)
-        decoder = instance(head)
-        if head.task == "pose":  # the classes are what the keypoints leave
-            decoder._classes = shapes[0][0] - 4 - 17 * 3
-        found = decoder.detect({role.role: output for role, output in zip(decoder.input_roles(), outputs)}, settings(3))
-        # NMS may merge overlapping candidates, never invent one; the model's own NMS keeps them all.
-        assert all(0 < count <= candidates if candidates else count == 0 for count in found.counts), head.name
-        if head.nms_in_model:
-            assert list(found.counts) == [candidates] * 3
-        assert (found.scores[found.scores > 0] > 0.25).all()
-
-
-class _CornersHead(Head):
-    """A throwaway head: ``[A, 4 + 1 + 1]`` (corners, score, class id), as a model with its own format would give."""
-
-    name = "corners_score_class"
-    layout = "[A, 6 + 1]"
-    exports = "a test's own model"
-    yolo_export = True
-
-    @classmethod
-    def fits(cls, shapes: Sequence[tuple[int, ...]], classes: int | None) -> bool:
-        return len(shapes) == 1 and len(shapes[0]) == 2 and shapes[0][1] == 7
-
-    def input_roles(self) -> tuple[Role, ...]:
-        return (Role("predictions", "FP32", (None, 7), from_core=True),)
-
-    def bind(self, config: ModelConfig, names: Mapping[str, str | None]) -> None:
-        tensor_dims(config, names["predictions"])
-
-    @property
-    def num_classes(self) -> None:
-        return None
-
-    def detect(self, raw: Mapping[str, np.ndarray], settings: NmsSettings) -> TensorDetections:
-        return TensorDetections.empty(len(raw["predictions"]))
-
-
-def test_a_new_head_is_one_module_and_one_registry_line(monkeypatch):
-    """What adding a head takes: the class, and its line in the registry; the YOLO family then recognizes its outputs."""
-    with pytest.raises(yolo_family.UnsupportedModel, match="none of the supported formats"):
-        yolo_family._head([(1, 900, 7)], 3, {}, None, "model.onnx: output 'output0'")
-    monkeypatch.setitem(registry.HEADS, _CornersHead.name, _CornersHead)
-    assert yolo_family._head([(1, 900, 7)], 3, {}, None, "model.onnx: output 'output0'") == "corners_score_class"
-    assert registry.head_class("corners_score_class") is _CornersHead
+def test_every_drawing_the_heads_name_is_a_module_of_the_client(monkeypatch):
+    named = {answer.drawing for head in registry.HEADS.values() for answer in head.extra_answers}
+    assert named == {"masks", "rotated"}
+    for name in named:
+        assert detection_client.extra_drawing(name).__name__ == f"devtools.clients.draw_{name}"
+    with pytest.raises(ValueError, match=r"names drawing 'sketch', but there is no devtools\.clients\.draw_sketch"):
+        detection_client.extra_drawing("sketch")
+    monkeypatch.setitem(sys.modules, "devtools.clients.draw_nothing", types.ModuleType("devtools.clients.draw_nothing"))
+    with pytest.raises(TypeError, match=r"devtools\.clients\.draw_nothing is not a drawing"):
+        detection_client.extra_drawing("nothing")
 
 
 def test_the_pose_head_keeps_each_box_keypoints():

@@ -176,17 +176,12 @@ def test_the_postprocess_new_pipeline_writes_answers_masks(tmp_path):
     assert second.shape == (12, 16) and (second == 255).all()
 
 
-def test_the_head_is_the_segment_task_and_reads_two_outputs():
-    assert [head.name for head in registry.yolo_export_heads("segment")] == ["yolo_segment"]
+def test_the_head_reads_two_outputs_and_answers_masks():
+    assert [role.role for role in YoloSegmentHead({}).input_roles()] == ["predictions", "protos"]
     assert [role.role for role in detection.answer_roles(YoloSegmentHead({}))][-2:] == ["masks", "mask_boxes"]
-    assert YoloSegmentHead.fits([(4 + 3 + 32, 336), (32, 32, 32)], 3)
-    assert not YoloSegmentHead.fits([(4 + 3 + 32, 336), (32, 32, 32)], 4)
-    assert not YoloSegmentHead.fits([(32, 32, 32), (4 + 3 + 32, 336)], 3)  # the prototypes second
-    assert not YoloSegmentHead.fits([(4 + 3 + 32, 336)], 3)
 
 
 def test_the_gate_compares_matched_masks_by_iou():
-    from vision_serving.tasks.detection_heads import registry
     from vision_serving.tasks.segmentation import encode_png
 
     head = registry.head_class("yolo_segment")({})

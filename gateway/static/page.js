@@ -1,0 +1,223 @@
+// The gateway's page: pick a pipeline, drop a photo, see the answer drawn over it and its JSON beside it.
+// Plain JavaScript, no build step, nothing loaded from elsewhere. What it drew is kept in window.drawing
+// (boxes, polygons, keypoints, masks, classes, in the photo's pixels) and body[data-state] says where it is
+// (loading, ready, sending, drawn, error): the browser test reads both.
+"use strict";
+
+const COLORS = { box: "#00dc00", rotated: "#ff8c00", line: "#ffc800", keypoint: "#ff4040", mask: [255, 64, 160] };
+const MASK_OPACITY = 0.45;
+const $ = (id) => document.getElementById(id);
+let pipelines = [];
+let photo = null; // the File being shown
+
+function setState(state, message) {
+  document.body.dataset.state = state;
+  $("status").textContent = message || "";
+}
+
+async function loadPipelines() {
+  const response = await fetch("/v1/pipelines");
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error ? body.error.message : response.statusText);
+  pipelines = body.pipelines;
+  const select = $("pipeline");
+  select.replaceChildren(...pipelines.map((p) => new Option(`${p.name} (${p.task})`, p.name)));
+  const wanted = new URLSearchParams(location.search).get("pipeline");
+  if (wanted && pipelines.some((p) => p.name === wanted)) select.value = wanted;
+  showOptions();
+  setState("ready", pipelines.length ? "Drop a photo." : "The server has no pipelines yet.");
+}
+
+function current() {
+  return pipelines.find((p) => p.name === $("pipeline").value);
+}
+
+function showOptions() {
+  const pipeline = current();
+  const fields = [];
+  for (const [name, schema] of Object.entries(pipeline ? pipeline.options : {})) {
+    const input = document.createElement("input");
+    input.type = "number";
+    input.name = name;
+    input.step = schema.type === "integer" ? "1" : "0.05";
+    if (schema.minimum !== undefined) input.min = schema.minimum;
+    if (schema.maximum !== undefined) input.max = schema.maximum;
+    input.placeholder = schema.default !== undefined ? `default ${schema.default}` : "the model's default";
+    const label = document.createElement("label");
+    label.append(name, input);
+    fields.push(label);
+  }
+  $("options").replaceChildren(...fields);
+}
+
+async function send() {
+  const pipeline = current();
+  if (!photo || !pipeline) return;
+  const form = new FormData();
+  form.append("image", photo);
+  for (const input of $("options").querySelectorAll("input")) {
+    if (input.value !== "") form.append(input.name, input.value);
+  }
+  if (pipeline.choices.mask_format) form.append("mask_format", "png");
+  const headers = {};
+  const key = $("api-key").value.trim();
+  if (key) headers["X-API-Key"] = key;
+  setState("sending", `Sending to ${pipeline.name}…`);
+  const response = await fetch(pipeline.path, { method: "POST", body: form, headers });
+  const answer = await response.json();
+  $("json").textContent = JSON.stringify(answer, null, 2);
+  if (!response.ok) {
+    await drawPhoto();
+    setState("error", `${response.status} ${answer.error.code}: ${answer.error.message}`);
+    return;
+  }
+  await draw(answer);
+  setState("drawn", `${pipeline.name}: ${summary(answer)}`);
+}
+
+function summary(answer) {
+  const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
+  if (answer.detections) return plural(answer.detections.length, "detection");
+  if (answer.lines) return plural(answer.lines.length, "line");
+  if (answer.classes) return `${answer.classes[0] ? answer.classes[0].label : "no class"} first`;
+  if (answer.mask) return `the mask covers ${(100 * answer.coverage).toFixed(1)}%`;
+  return "answered";
+}
+
+function loadImage(source) {
+  return new Promise((resolve, reject) => {
+    const image = new Image();
+    image.onload = () => resolve(image);
+    image.onerror = () => reject(new Error("the browser cannot show this image"));
+    image.src = source;
+  });
+}
+
+let shown = null; // the decoded photo
+async function drawPhoto() {
+  const canvas = $("canvas");
+  const url = URL.createObjectURL(photo);
+  try {
+    shown = await loadImage(url);
+  } finally {
+    URL.revokeObjectURL(url);
+  }
+  canvas.width = shown.naturalWidth;
+  canvas.height = shown.naturalHeight;
+  canvas.getContext("2d").drawImage(shown, 0, 0);
+  $("classes").replaceChildren();
+  window.drawing = { width: canvas.width, height: canvas.height, boxes: [], polygons: [], keypoints: 0, masks: 0, classes: [] };
+}
+
+async function draw(answer) {
+  await drawPhoto();
+  const context = $("canvas").getContext("2d");
+  const width = Math.max(2, Math.round(Math.max(context.canvas.width, context.canvas.height) / 300));
+  if (answer.mask) await drawMask(context, answer.mask, [0, 0]);
+  for (const detection of answer.detections || []) await drawDetection(context, detection, width);
+  (answer.lines || []).forEach((line, index) => drawPolygon(context, line.corners, COLORS.line, width, String(index + 1)));
+  if (answer.classes) showClasses(answer.classes);
+}
+
+async function drawDetection(context, detection, width) {
+  if (detection.mask) await drawMask(context, detection.mask, detection.mask.box.slice(0, 2));
+  const [x0, y0, x1, y1] = detection.box;
+  context.lineWidth = width;
+  context.strokeStyle = COLORS.box;
+  context.strokeRect(x0, y0, x1 - x0, y1 - y0);
+  caption(context, `${detection.label} ${detection.score.toFixed(2)}`, x0, y0, COLORS.box, width);
+  window.drawing.boxes.push([x0, y0, x1, y1]);
+  for (const [x, y, score] of detection.keypoints || []) {
+    if (score !== undefined && score < 0.5) continue;
+    context.fillStyle = COLORS.keypoint;
+    context.beginPath();
+    context.arc(x, y, 1.5 * width, 0, 2 * Math.PI);
+    context.fill();
+    window.drawing.keypoints += 1;
+  }
+  if (detection.rotated_box) drawPolygon(context, detection.rotated_box.corners, COLORS.rotated, width, "");
+}
+
+function drawPolygon(context, corners, color, width, label) {
+  context.lineWidth = width;
+  context.strokeStyle = color;
+  context.beginPath();
+  corners.forEach(([x, y], index) => (index ? context.lineTo(x, y) : context.moveTo(x, y)));
+  context.closePath();
+  context.stroke();
+  if (label) caption(context, label, corners[0][0], corners[0][1], color, width);
+  window.drawing.polygons.push(corners);
+}
+
+function caption(context, text, x, y, color, width) {
+  const size = 6 * width + 4;
+  context.font = `${size}px sans-serif`;
+  const textWidth = context.measureText(text).width;
+  const top = Math.max(0, y - size - 4);
+  context.fillStyle = color;
+  context.fillRect(x, top, textWidth + 6, size + 4);
+  context.fillStyle = "#000";
+  context.fillText(text, x + 3, top + size);
+}
+
+async function drawMask(context, mask, [left, top]) {
+  if (!mask.png) return; // RLE is for programs; the page asks for PNG
+  const image = await loadImage(`data:image/png;base64,${mask.png}`);
+  const layer = document.createElement("canvas");
+  layer.width = image.naturalWidth;
+  layer.height = image.naturalHeight;
+  const paint = layer.getContext("2d");
+  paint.drawImage(image, 0, 0);
+  const pixels = paint.getImageData(0, 0, layer.width, layer.height);
+  const [r, g, b] = COLORS.mask;
+  for (let i = 0; i < pixels.data.length; i += 4) {
+    const alpha = pixels.data[i] / 255;
+    pixels.data[i] = r;
+    pixels.data[i + 1] = g;
+    pixels.data[i + 2] = b;
+    pixels.data[i + 3] = Math.round(alpha * MASK_OPACITY * 255);
+  }
+  paint.putImageData(pixels, 0, 0);
+  context.drawImage(layer, left, top);
+  window.drawing.masks += 1;
+}
+
+function showClasses(classes) {
+  $("classes").replaceChildren(
+    ...classes.map((item) => {
+      const entry = document.createElement("li");
+      const score = document.createElement("span");
+      score.className = "score";
+      score.textContent = `${(100 * item.score).toFixed(1)}%`;
+      entry.append(item.label, score);
+      return entry;
+    }),
+  );
+  window.drawing.classes = classes.map((item) => item.label);
+}
+
+function choose(file) {
+  if (!file) return;
+  photo = file;
+  send().catch((error) => setState("error", error.message));
+}
+
+window.addEventListener("DOMContentLoaded", () => {
+  const drop = $("drop");
+  $("file").addEventListener("change", (event) => choose(event.target.files[0]));
+  $("pipeline").addEventListener("change", () => {
+    showOptions();
+    send().catch((error) => setState("error", error.message));
+  });
+  drop.addEventListener("dragover", (event) => {
+    event.preventDefault();
+    drop.classList.add("over");
+  });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (event) => {
+    event.preventDefault();
+    drop.classList.remove("over");
+    choose(event.dataTransfer.files[0]);
+  });
+  loadPipelines().catch((error) => setState("error", `Cannot list the pipelines: ${error.message}`));
+});

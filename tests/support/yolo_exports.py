@@ -1,0 +1,122 @@
+"""What the tests do with the exports of their YOLO models: Ultralytics' predictor on them (:func:`references`:
+the answers a served pipeline is compared with), an export's input size, and :func:`to_yolo_v5`,
+which rewrites the detector's ``yolo`` export into the original YOLOv5's ``[N, A, 5 + C]`` layout (objectness = the
+best class score, class scores divided by it: YOLOv5's decoding gives back the same scores).
+
+These read and write ONNX files (onnx): the drawing and training of the models, which the run's conftest imports,
+are :mod:`tests.support.yolo`'s and import no onnx.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from builders import build_envs
+from builders.artifacts import sha256_file
+from tests.support.yolo import CACHE, ENV, SCRIPT
+
+
+def to_yolo_v5(source: Path, target: Path) -> Path:
+    """The ``yolo`` export ``[N, 4 + C, A]`` rewritten as YOLOv5's ``[N, A, 5 + C]``: boxes, objectness =
+    the best class score, class scores / objectness (so objectness x class score is the original score)."""
+    model = onnx.load(str(source))
+    graph = model.graph
+    (output,) = graph.output
+    raw = output.name
+    channels = output.type.tensor_type.shape.dim[1].dim_value
+    renamed = f"{raw}_yolo"
+    for node in graph.node:
+        node.output[:] = [renamed if name == raw else name for name in node.output]
+    for info in graph.value_info:  # a recorded shape of the old output belongs to the renamed tensor
+        if info.name == raw:
+            info.name = renamed
+    constants = {
+        "v5_perm_starts_box": np.array([0], np.int64),
+        "v5_box_ends": np.array([4], np.int64),
+        "v5_cls_ends": np.array([channels], np.int64),
+        "v5_axis": np.array([2], np.int64),
+        "v5_eps": np.array(1e-12, np.float32),
+    }
+    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in constants.items())
+    graph.node.extend(
+        [
+            helper.make_node("Transpose", [renamed], ["v5_t"], perm=[0, 2, 1]),
+            helper.make_node("Slice", ["v5_t", "v5_perm_starts_box", "v5_box_ends", "v5_axis"], ["v5_boxes"]),
+            helper.make_node("Slice", ["v5_t", "v5_box_ends", "v5_cls_ends", "v5_axis"], ["v5_classes"]),
+            helper.make_node("ReduceMax", ["v5_classes"], ["v5_objectness"], axes=[2], keepdims=1),
+            helper.make_node("Max", ["v5_objectness", "v5_eps"], ["v5_safe"]),
+            helper.make_node("Div", ["v5_classes", "v5_safe"], ["v5_relative"]),
+            helper.make_node("Concat", ["v5_boxes", "v5_objectness", "v5_relative"], [raw], axis=2),
+        ]
+    )
+    batch, anchors = output.type.tensor_type.shape.dim[0], output.type.tensor_type.shape.dim[2].dim_value
+    del graph.output[:]
+    graph.output.append(
+        helper.make_tensor_value_info(raw, onnx.TensorProto.FLOAT, [batch.dim_value or batch.dim_param, anchors, channels + 1])
+    )
+    # What YOLOv5's own export writes: its stride and names, none of Ultralytics' newer keys.
+    kept = {prop.key: prop.value for prop in model.metadata_props if prop.key in ("stride", "names")}
+    del model.metadata_props[:]
+    helper.set_model_props(model, kept)
+    onnx.checker.check_model(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(target))
+    return target
+
+
+def references(
+    models: Mapping[str, Path], images: dict[str, bytes], log=print, task: str = "detect"
+) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Ultralytics' predictor on each of ``models`` (by the caller's names; full-size letterbox): per model, per image
+    name, boxes, scores, classes, and the task's own answers (``ultralytics_yolo.predict``: masks, keypoints, rotated
+    boxes and corners, probs). Each is cached by its file, the script and the images; the ones not cached are predicted
+    in one process (its start, Ultralytics' and torch's imports, costs more than a model's predictions)."""
+    names = sorted(images)
+    caches = {}
+    for label, model in models.items():
+        key = hashlib.sha256(
+            "\n".join(
+                [task, sha256_file(model), sha256_file(SCRIPT), *(f"{n}:{hashlib.sha256(images[n]).hexdigest()}" for n in names)]
+            ).encode()
+        )
+        caches[label] = CACHE / "references" / f"{model.stem}-{key.hexdigest()[:16]}.npz"
+    missing = [label for label, cache in caches.items() if not cache.is_file()]
+    if missing:
+        (CACHE / "references").mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".images-", dir=CACHE / "references") as scratch:
+            paths = []
+            for index, name in enumerate(names):
+                path = Path(scratch) / f"{index:03d}_{name}"
+                path.write_bytes(images[name])
+                paths.append(str(path))
+            arguments = [str(SCRIPT), "predict", "--task", task]
+            for label in missing:
+                height, width = input_size(models[label])
+                arguments += ["--model", str(models[label]), "--imgsz", f"{height},{width}", "--out", str(caches[label])]
+            build_envs.run_in_env(ENV, arguments + paths, log)
+    found = {}
+    for label, cache in caches.items():
+        with np.load(cache, allow_pickle=False) as data:
+            found[label] = {
+                name: {key.split("_", 1)[1]: np.array(data[key]) for key in data.files if key.startswith(f"{i}_")}
+                for i, name in enumerate(names)
+            }
+    return found
+
+
+def input_size(model: Path) -> tuple[int, int]:
+    """The (height, width) of an export's image input: its dims, or its ``imgsz`` metadata where they are dynamic."""
+    loaded = onnx.load(str(model), load_external_data=False)
+    dims = loaded.graph.input[0].type.tensor_type.shape.dim
+    if dims[2].dim_value and dims[3].dim_value:
+        return dims[2].dim_value, dims[3].dim_value
+    height, width = json.loads({prop.key: prop.value for prop in loaded.metadata_props}["imgsz"])
+    return int(height), int(width)
