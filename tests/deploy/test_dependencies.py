@@ -48,6 +48,11 @@ def test_an_image_lock_downloads_as_cp312_manylinux_wheels_from_pypi(name):
             "--isolated",
             "--disable-pip-version-check",
             "--no-input",
+            # A slow or flaky link to PyPI retried, not a failed check (--isolated drops the machine's pip.conf timeout).
+            "--timeout",
+            "120",
+            "--retries",
+            "10",
             "--index-url",
             "https://pypi.org/simple",
             "--only-binary=:all:",

@@ -108,7 +108,9 @@ def test_a_hung_step_fails_liveness_within_its_bound(repository, tmp_path, photo
 
     assert detected is not None, summary
     assert detected[1] == 1 and f"{MODEL}_preprocess_0_0 (pid {victim}) has been executing one batch for" in detected[2], detected
-    assert STUCK_AFTER_S <= detected[0] <= STUCK_AFTER_S + 2, detected  # within a probe's poll of the bound
+    # Not before the bound; after it, within a few of the loop's probes (each a bash and a curl, slower on a loaded
+    # machine) and the request's way to the step.
+    assert STUCK_AFTER_S <= detected[0] <= STUCK_AFTER_S + 4, detected
     assert health_green, "Triton's own health endpoints see nothing (why the heartbeat exists)"
     assert all(status == "UNAVAILABLE" for status, _ in queued), queued
     assert failed.get("REJECTED", 0) >= 2, failed  # what VisionServingStepRequestsTimingOut counts
