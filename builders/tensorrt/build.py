@@ -270,7 +270,9 @@ def configure(
                 raise BuildError(
                     f"{onnx_path}: input '{item.name}' has shape {list(shape)}, the profile is {list(item.min)}..{list(item.max)} (batch first)"
                 )
-            profile.set_shape(item.name, item.min, item.opt, item.max)
+            # A static input (an export with its batch fixed: an nms=True export's unrolled NMS) has one shape, its own.
+            static = all(d > 0 for d in shape)
+            profile.set_shape(item.name, *((shape,) * 3 if static else (item.min, item.opt, item.max)))
         config.add_optimization_profile(profile)
     return config
 

@@ -83,16 +83,40 @@ def expected_engine_io(core: ModelConfig) -> dict[str, tuple[str, str, tuple[int
     return expected
 
 
-def compare_engine_io(expected: EngineIO, actual: EngineIO) -> list[str]:
+def compare_engine_io(expected: EngineIO, actual: EngineIO, max_batch_size: int = 0) -> list[str]:
+    """Why the plan's I/O tensors are not the config's (empty: they are). A batched config's tensors have batch -1 in a
+    plan built with a dynamic batch; a static-batch plan (an export with its batch fixed, served at that batch: an
+    ``nms=True`` export's unrolled NMS) reports its batch, which must then be ``max_batch_size``."""
     problems = []
     for name in sorted(set(expected) | set(actual)):
         if name not in actual:
             problems.append(f"the core config's {expected[name][0].lower()} '{name}' is not an I/O tensor of the plan")
         elif name not in expected:
             problems.append(f"the plan's {actual[name][0].lower()} '{name}' is not in the core config")
-        elif expected[name] != actual[name]:
-            problems.append(f"'{name}': config says {expected[name]}, plan has {actual[name]}")
+        elif expected[name] != actual[name] and not _static_batch(expected[name], actual[name], max_batch_size):
+            (_, dtype, shape), (_, plan_dtype, plan_shape) = expected[name], actual[name]
+            batched = max_batch_size > 0 and len(plan_shape) == len(shape) and plan_shape[1:] == shape[1:] and dtype == plan_dtype
+            if batched:
+                problems.append(
+                    f"'{name}': the plan's batch is {plan_shape[0]}, the config's max_batch_size is {max_batch_size} "
+                    "(a plan's batch is -1, dynamic, or fixed at max_batch_size)"
+                )
+            else:
+                problems.append(f"'{name}': config says {expected[name]}, plan has {actual[name]}")
     return problems
+
+
+def _static_batch(expected: tuple[str, str, tuple[int, ...]], actual: tuple[str, str, tuple[int, ...]], max_batch_size: int) -> bool:
+    """Whether ``actual`` is ``expected`` (batch -1) with its batch fixed at ``max_batch_size``."""
+    (kind, dtype, shape), (plan_kind, plan_dtype, plan_shape) = expected, actual
+    return (
+        max_batch_size > 0
+        and (kind, dtype) == (plan_kind, plan_dtype)
+        and len(shape) == len(plan_shape) > 0
+        and shape[0] == -1
+        and plan_shape[0] == max_batch_size
+        and plan_shape[1:] == shape[1:]
+    )
 
 
 def deserialize_and_compare(
@@ -115,7 +139,7 @@ def deserialize_and_compare(
         kind = "INPUT" if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else "OUTPUT"
         dtype = engine.get_tensor_dtype(name).name
         actual[name] = (kind, TRT_DTYPES.get(dtype, dtype), tuple(int(d) for d in engine.get_tensor_shape(name)))
-    problems = compare_engine_io(expected_engine_io(core), actual)
+    problems = compare_engine_io(expected_engine_io(core), actual, int(core.max_batch_size))
     count = int(engine.num_optimization_profiles)
     if expected and count != len(expected):
         problems.append(f"the plan has {count} optimization profile(s), its input's code gives {len(expected)}")
@@ -128,6 +152,9 @@ def deserialize_and_compare(
                     f"'{tensor.name}': the plan's profile {index} allows batch {high[0]}, the config's max_batch_size is {core.max_batch_size}"
                 )
             wanted = next((item for item in expected[index] if item.name == tensor.name), None) if index < len(expected) else None
+            static = actual[tensor.name][2]  # a static-batch plan's input: its one shape is its profile (build.configure)
+            if all(d > 0 for d in static) and static[:1] == (core.max_batch_size,) and (low, high) == (static, static):
+                continue
             if wanted is not None and (low, high) != (wanted.min, wanted.max):
                 problems.append(
                     f"'{tensor.name}': the plan's profile {index} is {list(low)}..{list(high)}, the code gives {list(wanted.min)}..{list(wanted.max)}"

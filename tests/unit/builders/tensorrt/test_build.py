@@ -97,6 +97,19 @@ def test_a_model_with_dynamic_dims_gets_one_plan_profile_per_range(tmp_path):
     assert isinstance(read_record(tmp_path / "model.plan")["profile"], list)
 
 
+def test_a_static_batch_export_is_built_at_its_own_shape(pipeline):
+    """An ONNX whose batch is fixed at the config's max_batch_size (an nms=True export's unrolled NMS): its profile is its
+    one shape (a profile of other shapes on a static input is an error in TensorRT); a batch past it is refused."""
+    trt = StandIn("11.1.0.4")
+    onnx = write_network(pipeline.onnx("fp32"), {"images": [4, 3, 8, 8]}, ["logits"])
+    assert build.build_engine(settings(pipeline, onnx), lambda _: None, trt, [H100]).status == "built"
+    (config,) = trt.configs
+    assert [profile.shapes for profile in config.profiles] == [{"images": ([4, 3, 8, 8], [4, 3, 8, 8], [4, 3, 8, 8])}]
+    too_large = write_network(pipeline.onnx("fp16"), {"images": [8, 3, 8, 8]}, ["logits"])
+    with pytest.raises(BuildError, match=r"input 'images' has shape \[8, 3, 8, 8\], the profile is \[1, 3, 8, 8\]..\[4, 3, 8, 8\]"):
+        build.build_engine(settings(pipeline, too_large), lambda _: None, StandIn("11.1.0.4"), [H100])
+
+
 def test_a_current_plan_is_not_rebuilt_and_the_cache_builds_once(pipeline, tmp_path):
     trt, logged = StandIn(), []
     onnx = write_network(pipeline.onnx("int8"), *TINY_IO)

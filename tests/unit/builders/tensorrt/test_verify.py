@@ -80,6 +80,45 @@ def test_engine_io_comparison():
     ]
 
 
+def test_a_static_batch_plan_verifies_at_its_max_batch_size():
+    """A plan of an export whose batch is fixed (``nms=True``'s unrolled NMS, a batch-1 static export served at batch 1)
+    reports that batch where a dynamic one reports -1 (ICudaEngine::getTensorShape): it verifies when the batch is the
+    config's max_batch_size; any other batch fails, naming the tensor."""
+    expected = verify.expected_engine_io(core_config())
+    static = {"images": ("INPUT", "FP32", (4, 3, 8, 8)), "logits": ("OUTPUT", "FP32", (4, 10))}
+    assert verify.compare_engine_io(expected, static, max_batch_size=4) == []
+    assert verify.compare_engine_io(expected, {"images": ("INPUT", "FP32", (1, 3, 8, 8)), "logits": ("OUTPUT", "FP32", (1, 10))}, 1) == []
+    assert verify.compare_engine_io(expected, static, max_batch_size=8) == [
+        "'images': the plan's batch is 4, the config's max_batch_size is 8 (a plan's batch is -1, dynamic, or fixed at max_batch_size)",
+        "'logits': the plan's batch is 4, the config's max_batch_size is 8 (a plan's batch is -1, dynamic, or fixed at max_batch_size)",
+    ]
+    assert verify.compare_engine_io(expected, dict(static, logits=("OUTPUT", "FP32", (4, 11))), max_batch_size=4) == [
+        "'logits': config says ('OUTPUT', 'FP32', (-1, 10)), plan has ('OUTPUT', 'FP32', (4, 11))"
+    ]
+
+
+def test_a_static_batch_plan_deserializes_and_verifies(tmp_path):
+    """Through deserialize_and_compare, as verify-plan --deserialize runs it in the pod's build-plan step: the static plan's
+    I/O at batch 4 and its one profile, its shape (4..4: build.configure), against a core config of max_batch_size 4; at
+    max_batch_size 8 the batch and the profile are refused."""
+    core = core_config()
+    core.max_batch_size = 4
+    expected = profiles.optimization_profiles(core)
+    built = [((4, 3, 8, 8), (4, 3, 8, 8), (4, 3, 8, 8))]
+    tensors = {"images": (1, "FLOAT", (4, 3, 8, 8)), "logits": (2, "FLOAT", (4, 10))}
+    plan = tmp_path / "model.plan"
+    plan.write_bytes(b"plan")
+    engine = Engine(built, [1], tensors)
+    assert verify.deserialize_and_compare(plan, core, expected, lambda _: None, StandIn(engine=engine)) == []
+    core.max_batch_size = 8
+    assert verify.deserialize_and_compare(plan, core, profiles.optimization_profiles(core), lambda _: None, StandIn(engine=engine)) == [
+        "'images': the plan's batch is 4, the config's max_batch_size is 8 (a plan's batch is -1, dynamic, or fixed at max_batch_size)",
+        "'logits': the plan's batch is 4, the config's max_batch_size is 8 (a plan's batch is -1, dynamic, or fixed at max_batch_size)",
+        "'images': the plan's profile 0 allows batch 4, the config's max_batch_size is 8",
+        "'images': the plan's profile 0 is [4, 3, 8, 8]..[4, 3, 8, 8], the code gives [1, 3, 8, 8]..[8, 3, 8, 8]",
+    ]
+
+
 def test_calibration_hash_is_read_from_the_onnx_provenance(tmp_path):
     onnx_path = tmp_path / "model_int8_qdq.onnx"
     onnx_path.write_bytes(b"")
