@@ -13,8 +13,9 @@ server, finds the postprocess step's ``task`` parameter, and reads the tensors b
 or the generic one that prints every output) says how an answer is printed and which options it
 takes (classification: --top-k; segmentation: --out-dir, --overlay; detection: --score-threshold,
 --iou-threshold, --draw; text_reading: --draw). Each script names its task (``script_main``); the
-program's name is its client's ``script``, and --model defaults to the first pipeline of model_repository/
-(by name) whose postprocess config names the task (:func:`default_model`).
+program's name is its client's ``script``, and --model defaults to the task's shipped pipeline (its client's
+``pipeline``) where model_repository/ has it, else to the task's only pipeline there; with several and none of them
+the shipped one, --model is required and its error names them (:func:`default_model`).
 
 Server calls that fail with UNAVAILABLE (gRPC UNAVAILABLE, HTTP 503: a full model
 queue, a server shutting down, or over gRPC a refused connection) or whose
@@ -83,9 +84,20 @@ def task_pipelines(task_name: str, repository: Path = layout.MODEL_REPOSITORY) -
 
 
 def default_model(task_name: str, repository: Path = layout.MODEL_REPOSITORY) -> str | None:
-    """The pipeline a client of ``task_name`` calls without --model: the first of :func:`task_pipelines` (None: there
-    is none, --model is required)."""
-    return next(iter(task_pipelines(task_name, repository)), None)
+    """The pipeline a client of ``task_name`` calls without --model: its client's shipped ``pipeline`` where the
+    repository has it, else the task's only pipeline there (None: none, or several: --model is required). A pipeline
+    a user adds never takes the place of the shipped one."""
+    found = task_pipelines(task_name, repository)
+    preferred = clients.client_for(task_name).pipeline
+    if preferred in found:
+        return preferred
+    return found[0] if len(found) == 1 else None
+
+
+def model_choices(task_name: str, repository: Path = layout.MODEL_REPOSITORY) -> str:
+    """What --model may name when a client has no default: the task's pipelines in the repository, or that it has none."""
+    found = task_pipelines(task_name, repository)
+    return f"one of {', '.join(found)}" if found else f"no pipeline of {repository.name}/ has the task {task_name}"
 
 
 def client_command(task_name: str, model: str, samples: Path, url: str | None = None) -> str:
@@ -412,14 +424,14 @@ def answer_files(
     return results
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser, default_model: str | None, json_help: str) -> None:
-    """What every client takes: the files, the server, the model (required when there is no ``default_model``),
-    output as JSON, timeouts and retries."""
+def add_connection_arguments(parser: argparse.ArgumentParser, default_model: str | None, json_help: str, task_name: str = "") -> None:
+    """What every client takes: the files, the server, the model (required when there is no ``default_model``: its help
+    names ``task_name``'s pipelines), output as JSON, timeouts and retries."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help="image file or folder of images")
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="default: grpc")
     parser.add_argument("--url", help="server HOST:PORT (default: localhost:8001 for grpc, localhost:8000 for http)")
-    if default_model is None:
-        parser.add_argument("--model", required=True, help="model name (no pipeline of model_repository/ has this task)")
+    if default_model is None:  # required: parse_args names the choices when it is missing
+        parser.add_argument("--model", help=f"model name (required: {model_choices(task_name)})")
     else:
         parser.add_argument("--model", default=default_model, help=f"model name (default: {default_model})")
     parser.add_argument("--recursive", action="store_true", help="also look for images in subfolders")
@@ -463,14 +475,17 @@ def parse_args(
     )
     if task_option:
         parser.add_argument("--task", required=True, choices=sorted(registry.TASKS), help="the pipeline's task")
-    add_connection_arguments(parser, default_model, "print one JSON document instead of tables")
+    add_connection_arguments(parser, default_model, "print one JSON document instead of tables", task.name)
     parser.add_argument(
         "--batch-size",
         type=positive_int,
         help=f"images per request (default {task.client_batch_size or DEFAULT_BATCH_SIZE}, at most the model's max_batch_size)",
     )
     client.add_arguments(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.model is None:
+        parser.error(f"--model is required: {model_choices(task.name)}")
+    return args
 
 
 def run(task_name: str, prog: str, argv: list[str] | None = None, task_option: bool = False) -> int:

@@ -34,6 +34,8 @@ class TaskClient(ABC):
     script: str | None = None
     # What ./scripts/serve suggests sending it: a file of .build/samples ("": the whole folder).
     sample: str = ""
+    # The shipped pipeline it calls without --model when model_repository/ has it (else the task's only pipeline there).
+    pipeline: str | None = None
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:  # noqa: B027 (optional: none by default)
         """The task's own options, added to the ones every client takes."""

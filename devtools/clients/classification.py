@@ -12,6 +12,7 @@ from .base import ClientReport, TaskClient, positive_int, text
 
 class ClassificationClient(TaskClient):
     script = "classify"
+    pipeline = "image_classifier"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--top-k", type=positive_int, help="number of predictions per image (default: the model's)")

@@ -132,6 +132,7 @@ def keypoint_records(points: np.ndarray) -> list[list[float]]:
 
 class DetectionClient(TaskClient):
     script = "detect"
+    pipeline = "face_detector"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         for role, meaning in THRESHOLDS.items():

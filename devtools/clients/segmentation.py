@@ -31,6 +31,7 @@ def overlay(image: bytes, mask: np.ndarray) -> np.ndarray | None:
 
 class SegmentationClient(TaskClient):
     script = "segment"
+    pipeline = "person_segmenter"
     sample = "astronaut.png"  # a person (it writes a mask beside each image it is sent)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

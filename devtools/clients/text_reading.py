@@ -35,6 +35,7 @@ def paint(lines: Sequence[Line]) -> Callable[[np.ndarray, int], None]:
 
 class TextReadingClient(TaskClient):
     script = "read-text"
+    pipeline = "text_reader"
     sample = "page.png"  # the sample with text on it
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:

@@ -60,9 +60,9 @@ def test_a_task_without_a_module_gets_the_generic_client_and_a_module_without_a_
         clients.client_for("drawing")
 
 
-def test_the_default_model_of_a_task_is_its_first_pipeline_in_the_model_repository():
-    """Each pipeline of model_repository/ under its task (its postprocess config's, read through the registry): the
-    task's pipelines, by name, the first its default; a task without a pipeline there has no default."""
+def test_the_default_model_of_a_task_is_its_shipped_pipeline():
+    """Each shipped task's client names its shipped pipeline, which is in model_repository/ under that task (read through
+    the registry), and is its default; a task without a pipeline there has no default."""
     by_task: dict[str, list[str]] = {}
     for pipeline in layout.pipelines(layout.MODEL_REPOSITORY):
         task = registry.for_config(model_config.load_config(pipeline.model_dir("postprocess")))
@@ -70,21 +70,49 @@ def test_the_default_model_of_a_task_is_its_first_pipeline_in_the_model_reposito
     assert by_task, "no pipeline in model_repository/"
     for task in registry.TASKS:
         assert client.task_pipelines(task) == sorted(by_task.get(task, []))
-        assert client.default_model(task) == min(by_task.get(task, []), default=None)
+        shipped = clients.client_for(task).pipeline
+        if shipped is not None:
+            assert shipped in by_task[task]
+        assert client.default_model(task) == (
+            shipped if shipped is not None else None if len(by_task.get(task, [])) != 1 else by_task[task][0]
+        )
     assert client.default_model("no_such_task") is None
 
 
-def test_several_pipelines_of_a_task_default_to_the_first_by_name(tmp_path):
+def _repository(folder, names):
+    """Pipelines ``names`` with the face detector's postprocess config (detection); a name ending in "broken" has none."""
     source = layout.pipeline("face_detector").model_dir("postprocess") / "config.pbtxt"
-    for name in ("b_faces", "a_faces", "c_broken"):
-        (tmp_path / name / f"{name}_postprocess").mkdir(parents=True)
-        (tmp_path / name / layout.RECIPE_FILENAME).write_text("")
-        if name != "c_broken":  # no config: left out (the consistency check reports it)
-            shutil.copy(source, tmp_path / name / f"{name}_postprocess")
-    assert client.task_pipelines("detection", tmp_path) == ["a_faces", "b_faces"]
-    assert client.default_model("detection", tmp_path) == "a_faces"
+    for name in names:
+        (folder / name / f"{name}_postprocess").mkdir(parents=True)
+        (folder / name / layout.RECIPE_FILENAME).write_text("")
+        if not name.endswith("broken"):  # no config: left out (the consistency check reports it)
+            shutil.copy(source, folder / name / f"{name}_postprocess")
+
+
+def test_a_users_pipeline_never_takes_the_shipped_ones_place(tmp_path):
+    """face_detector when it is there, whatever the user adds beside it (``car_detector`` sorts first)."""
+    _repository(tmp_path, ("car_detector", "face_detector", "c_broken"))
+    assert client.task_pipelines("detection", tmp_path) == ["car_detector", "face_detector"]
+    assert client.default_model("detection", tmp_path) == "face_detector"
     assert client.default_model("classification", tmp_path) is None
     assert client.task_pipelines("detection", tmp_path / "missing") == []
+
+
+def test_without_the_shipped_pipeline_the_only_one_is_the_default_and_several_need_model(tmp_path, capsys):
+    _repository(tmp_path / "one", ("car_detector", "b_broken"))
+    assert client.default_model("detection", tmp_path / "one") == "car_detector"
+    _repository(tmp_path / "two", ("car_detector", "bike_detector"))
+    assert client.default_model("detection", tmp_path / "two") is None
+    assert client.model_choices("detection", tmp_path / "two") == "one of bike_detector, car_detector"
+    assert client.model_choices("classification", tmp_path / "two") == "no pipeline of two/ has the task classification"
+
+
+def test_a_client_without_a_default_asks_for_model_naming_the_choices(monkeypatch, capsys):
+    monkeypatch.setattr(client, "default_model", lambda task_name, repository=layout.MODEL_REPOSITORY: None)
+    monkeypatch.setattr(client, "model_choices", lambda task_name, repository=layout.MODEL_REPOSITORY: "one of bike_detector, car_detector")
+    with pytest.raises(SystemExit):
+        client.script_main("detection", ["photo.jpg"])
+    assert "detect: error: --model is required: one of bike_detector, car_detector" in capsys.readouterr().err
 
 
 def test_the_files_a_client_wrote_are_not_sent_again(tmp_path):
@@ -370,7 +398,7 @@ def test_a_new_task_without_a_pipeline_in_the_repository_needs_model(scratch, ca
     assert client.default_model("scratch") is None
     with pytest.raises(SystemExit):
         client.main(["--task", "scratch", *files])
-    assert "the following arguments are required: --model" in capsys.readouterr().err
+    assert "--model is required: no pipeline of model_repository/ has the task scratch" in capsys.readouterr().err
     # A script of its own runs the same client, named as the script.
     assert client.script_main("scratch", ["--model", "scratch", files[0]]) == 0
     assert capsys.readouterr().out.startswith(f"{files[0]}\n  scores  [2]  [0, 0.5]")
