@@ -17,7 +17,7 @@ read from a git mirror, nothing run):
 The onnx-tensorrt commits TensorRT 11.0 and 11.1 pin (``5ab48c5``, ``7c51a63``) were not in the mirrors this was
 read from: for 11.x the table rests on TensorRT's changelog (parser additions only) and its headers, and a model
 is confirmed by a build there. Plugins come from ``plugin/README.md`` and ``plugin/efficientNMSPlugin/README.md``
-at v11.1: ``EfficientNMS_TRT`` still ships, deprecated since 10.12; ``EfficientNMS_ONNX_TRT`` was removed in 10.16.
+at v11.1: ``EfficientNMS_TRT`` still ships, deprecated since 10.12; ``EfficientNMS_ONNX_TRT`` is listed, deprecated, in 10.16's README, removed in 11.0.
 
 Types use the table's spelling: FP32, FP16, BF16, FP8, FP4, INT4, INT8, INT32, INT64, UINT8, BOOL.
 INT8/INT4/FP8/FP4 are "quantized types": only reachable through Q/DQ from a higher-precision float. UINT8 is
@@ -254,7 +254,7 @@ MOD_INTEGER_TYPES = frozenset({"INT32", "INT64"})
 # TensorRT plugins a model may name (the plugin library must be loaded at build time), and what their README says.
 PLUGIN_NOTES = {
     "EfficientNMS_TRT": "deprecated since TensorRT 10.12 and still shipped in 11.1; INMSLayer (ONNX NonMaxSuppression) replaces it",
-    "EfficientNMS_ONNX_TRT": "removed in TensorRT 10.16: use ONNX NonMaxSuppression (INMSLayer)",
+    "EfficientNMS_ONNX_TRT": "deprecated in TensorRT 10 and removed in 11.0: use ONNX NonMaxSuppression (INMSLayer)",
 }
 
 # Listed with "N" (no importer) in docs/operators.md, and without an importer in the parser: a rewrite or a plugin.

@@ -80,7 +80,16 @@ def loaded_from(name: str, maps: Path = Path("/proc/self/maps")) -> str | None:
     return None
 
 
-def judge(library: Any, environ: Mapping[str, str], driver: str, path: str | None, require: bool) -> Verdict:
+def from_compat_dir(path: str | None, compat_dir: str = COMPAT_DIR) -> bool:
+    """Whether ``path`` (as ``/proc/self/maps`` names it: every symlink resolved, ``/usr/local/cuda`` being one to
+    ``/usr/local/cuda-X.Y`` and the compat libraries ``compat/lib.real`` in NVIDIA's images) lies in ``compat_dir``,
+    both resolved."""
+    if path is None:
+        return False
+    return Path(path).resolve().is_relative_to(Path(compat_dir).resolve())
+
+
+def judge(library: Any, environ: Mapping[str, str], driver: str, path: str | None, require: bool, compat_dir: str = COMPAT_DIR) -> Verdict:
     """The verdict on a loaded libcuda (``library``: ``cuInit`` and ``cuDriverGetVersion`` as ctypes exposes them; None:
     it would not load)."""
     wanted = image_cuda(environ)
@@ -112,7 +121,7 @@ def judge(library: Any, environ: Mapping[str, str], driver: str, path: str | Non
     encoded = ctypes.c_int(0)
     library.cuDriverGetVersion(ctypes.byref(encoded))
     supported = _version(encoded.value)
-    compat = path is not None and path.startswith(COMPAT_DIR)
+    compat = from_compat_dir(path, compat_dir)
     where = f"the image's forward-compatibility driver library ({path}) on kernel driver {driver}" if compat else f"driver {driver}"
     if wanted is not None and supported[0] < wanted[0]:
         return Verdict(

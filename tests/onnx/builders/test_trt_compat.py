@@ -424,6 +424,8 @@ def test_findings_name_the_fix_that_repairs_them() -> None:
     assert finding(mediapipe, "custom-domain-op").fix == ("custom_op_rewrites",)
     assert finding(one("FusedConv", ["x"], domain="com.microsoft"), "custom-domain-op").fix == ()
     assert "deprecated since TensorRT 10.12 and still shipped in 11.1" in finding(one("EfficientNMS_TRT", ["x"]), "unsupported-op").message
+    # Still listed (deprecated) in 10.16's plugin README: gone in 11.0, not before.
+    assert "removed in 11.0" in finding(one("EfficientNMS_ONNX_TRT", ["x"]), "unsupported-op").message
     assert "QDQ format" in finding(one("QLinearConv", ["x"]), "unsupported-op").message
 
 

@@ -44,6 +44,22 @@ def test_an_older_driver_runs_it_through_forward_compatibility_or_says_it_cannot
     assert "forward compatibility did not apply" in old.line and old.line.endswith("upgrade the node's driver")
 
 
+def test_the_compat_library_is_named_by_its_resolved_path(tmp_path):
+    """/proc/self/maps names the file every symlink resolved: /usr/local/cuda -> cuda-13.0, compat/lib -> lib.real in
+    NVIDIA's images. The compat directory is compared resolved too, so the forward-compatibility driver is named."""
+    real = tmp_path / "cuda-13.0" / "compat" / "lib.real"
+    real.mkdir(parents=True)
+    (real / "libcuda.so.580.95.05").touch()
+    (tmp_path / "cuda").symlink_to(tmp_path / "cuda-13.0")
+    (tmp_path / "cuda-13.0" / "compat" / "lib").symlink_to(real)
+    mapped = str(real / "libcuda.so.580.95.05")
+    assert cuda_driver.from_compat_dir(mapped, str(tmp_path / "cuda" / "compat"))
+    assert not cuda_driver.from_compat_dir("/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06", str(tmp_path / "cuda" / "compat"))
+    assert not cuda_driver.from_compat_dir(None)
+    verdict = cuda_driver.judge(Driver(version=13000), CUDA_13, "580.65.06", mapped, False, str(tmp_path / "cuda" / "compat"))
+    assert verdict.runs and verdict.line.startswith(f"the image's forward-compatibility driver library ({mapped}) on kernel driver")
+
+
 @pytest.mark.parametrize(("status", "words"), [(803, "reboot the node"), (804, "data-center GPUs only"), (999, "CUDA error 999")])
 def test_cuinit_s_compatibility_errors_are_one_line_each(status, words):
     verdict = judge(Driver(status=status))
