@@ -20,6 +20,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from builders import BuildError, Log, provenance, stderr_logger
-from builders.artifacts import atomic_write_bytes, input_hash, sha256_file
+from builders.artifacts import atomic_write_bytes, input_hash, sha256_bytes, sha256_file
 from builders.tensorrt import discovery, interface, models, profiles
 from builders.tensorrt.discovery import GpuFacts
 from builders.tensorrt.interface import IBuilder, IBuilderConfig, ILogger, INetworkDefinition, TensorRT
@@ -354,14 +358,51 @@ def plan_provenance(
 
 
 def write_plan(paths: PlanPaths, plan: bytes, record: provenance.Provenance) -> None:
-    """The plan, then its provenance (a plan without one is never current), at the build's place, then the output."""
-    atomic_write_bytes(paths.build, plan)
-    record.write(models.provenance_path(paths.build))
-    if paths.cached:
-        _copy_to_output(paths)
+    """The plan, then its provenance (a plan without one is never current), at the build's place, then the output. A
+    cache entry is shared by pods: its pair is written into a folder of its own and renamed into place as one
+    (:func:`publish`), so no reader ever finds one pod's plan beside another's record."""
+    if not paths.cached:
+        atomic_write_bytes(paths.build, plan)
+        record.write(models.provenance_path(paths.build))
+        return
+    entry = paths.build.parent
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.building-", dir=entry.parent))
+    (staging / paths.build.name).write_bytes(plan)
+    record.write(models.provenance_path(staging / paths.build.name))
+    publish(staging, entry)
+    _copy_to_output(paths)
+
+
+def publish(staging: Path, entry: Path) -> None:
+    """``staging`` becomes ``entry`` by one rename; an entry already there (another pod's build of the same inputs, or a
+    stale one) is renamed aside first and removed. Every state a reader can see is a whole pair, or no entry (then it
+    builds)."""
+    try:
+        os.rename(staging, entry)
+        return
+    except OSError:  # the entry exists
+        aside = Path(tempfile.mkdtemp(prefix=f".{entry.name}.replaced-", dir=entry.parent))
+        with contextlib.suppress(FileNotFoundError):  # another pod moved it aside first
+            os.replace(entry, aside / entry.name)
+        try:
+            os.rename(staging, entry)
+        except OSError:  # another pod published its pair in between: that one stands
+            shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _copy_to_output(paths: PlanPaths) -> None:
+    """The cache entry's plan and record, read as one pair (read again should another pod replace the entry between
+    the two reads), written to the output."""
+    record_path = models.provenance_path(paths.build)
+    for _ in range(3):
+        record, plan = record_path.read_bytes(), paths.build.read_bytes()
+        read = provenance.Provenance.read(record_path)
+        if read is not None and read.output_sha256 == sha256_bytes(plan) and record == record_path.read_bytes():
+            break
+    else:
+        raise BuildError(f"the cache entry {paths.build.parent} kept changing while it was copied: rerun")
     if paths.build.resolve() != paths.output.resolve():
-        atomic_write_bytes(paths.output, paths.build.read_bytes())
-    atomic_write_bytes(models.provenance_path(paths.output), models.provenance_path(paths.build).read_bytes())
+        atomic_write_bytes(paths.output, plan)
+    atomic_write_bytes(models.provenance_path(paths.output), record)

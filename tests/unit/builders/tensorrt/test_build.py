@@ -131,6 +131,30 @@ def test_a_current_plan_is_not_rebuilt_and_the_cache_builds_once(pipeline, tmp_p
     assert len(list((cache / "trt10.13.3-sm90" / pipeline.name).iterdir())) == 2  # one entry per model version
 
 
+def test_a_cache_entry_is_published_as_one_pair(pipeline, tmp_path):
+    """Two pods building one cache entry: each writes its plan and record into a folder of its own and renames it into
+    place, so the entry always holds one build's pair (a plan beside another build's record would fail verify-plan's
+    sha256 and restart the pod). The second build replaces the first whole; no staging folder is left."""
+    cache = tmp_path / "plan-cache"
+    onnx = write_network(pipeline.onnx("int8"), *TINY_IO)
+    first = build.build_engine(settings(pipeline, onnx, cache_dir=cache), lambda _: None, StandIn(), [H100])
+    entry = models.cache_entry(cache, "trt10.13.3-sm90", pipeline.name, first.provenance["input_hash"])
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / models.PLAN_FILENAME).write_bytes(b"another pod's plan of the same inputs")
+    record = provenance.Provenance.for_bytes("build-engine", first.provenance["input_hash"], other / models.PLAN_FILENAME, b"x")
+    record.output_sha256 = sha256_file(other / models.PLAN_FILENAME)
+    record.write(models.provenance_path(other / models.PLAN_FILENAME))
+    build.publish(other, entry)
+    assert (entry / models.PLAN_FILENAME).read_bytes() == b"another pod's plan of the same inputs"
+    assert provenance.is_current(entry / models.PLAN_FILENAME, first.provenance["input_hash"])
+    assert sorted(path.name for path in entry.parent.iterdir()) == [entry.name]  # nothing staged or set aside is left
+    pipeline.plan.unlink()
+    again = build.build_engine(settings(pipeline, onnx, cache_dir=cache), lambda _: None, StandIn(), [H100])
+    assert again.status == "from-cache" and pipeline.plan.read_bytes() == b"another pod's plan of the same inputs"
+    assert read_record(pipeline.plan)["output"]["sha256"] == sha256_file(pipeline.plan)
+
+
 def test_another_tensorrt_release_never_reuses_a_plan(pipeline, tmp_path):
     cache = tmp_path / "plan-cache"
     for version in ("10.13.3.9", "10.16.0.2"):
