@@ -82,5 +82,7 @@ USER 1000:1000
 
 HEALTHCHECK NONE
 
-ENTRYPOINT ["bash", "docker/build_artifacts.sh"]
+# NVIDIA's entrypoint stays in front, as in the server image: its entrypoint.d parts check the driver and set up CUDA
+# forward compatibility, then it execs the build.
+ENTRYPOINT ["/opt/nvidia/nvidia_entrypoint.sh", "bash", "docker/build_artifacts.sh"]
 CMD ["/models"]

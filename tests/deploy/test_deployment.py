@@ -266,7 +266,19 @@ def test_the_server_image_installs_the_entry_script():
     assert f"!docker/{LIVENESS_SCRIPT.name}" in ignore, "the build context must include the liveness script"
     builder_ignore = (DOCKER / "builder.Dockerfile.dockerignore").read_text().splitlines()
     assert f"!docker/{BUILD_SCRIPT.name}" in builder_ignore
-    assert dockerfile_entrypoint(DOCKERFILES["builder"]) == ["bash", f"docker/{BUILD_SCRIPT.name}"]
+    assert dockerfile_entrypoint(DOCKERFILES["builder"]) == [NVIDIA_ENTRYPOINT, "bash", f"docker/{BUILD_SCRIPT.name}"]
+
+
+def test_every_command_in_nvidias_images_runs_behind_nvidias_entrypoint():
+    """The driver check and CUDA forward compatibility (NVIDIA's entrypoint.d) run before anything in the builder and server
+    images: their ENTRYPOINTs, and every documented `--entrypoint` of a compose service (the GPU tests' command)."""
+    for image in ("builder", "server"):
+        assert dockerfile_entrypoint(DOCKERFILES[image])[0] == NVIDIA_ENTRYPOINT, image
+    documented = [*ROOT.glob("docs/*.md"), ROOT / "README.md", *ROOT.glob("tests/gpu/**/*.py")]
+    commands = [(path, line) for path in documented for line in path.read_text().splitlines() if "compose.yaml run" in line]
+    assert commands, "no documented compose run"
+    for path, line in commands:
+        assert f"--entrypoint {NVIDIA_ENTRYPOINT} " in line, f"{path.relative_to(ROOT)}: {line.strip()}"
 
 
 def test_production_flags_are_the_same_everywhere(triton, compose):

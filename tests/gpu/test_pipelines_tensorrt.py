@@ -13,7 +13,7 @@ judged again on the GPU's own FP16/INT8 kernels. (The text reader has its own te
 
 Run in the builder image on a GPU host (TensorRT, cuda-python and the CPU steps are there):
 
-    docker compose --env-file versions.env -f docker/compose.yaml run --rm --entrypoint python builder \\
+    docker compose --env-file versions.env -f docker/compose.yaml run --rm --entrypoint /opt/nvidia/nvidia_entrypoint.sh builder python \\
         -m pytest -m gpu tests/gpu/test_pipelines_tensorrt.py -s
 
 Skipped where ``tensorrt`` does not import or ``nvidia-smi`` fails. The YOLO cases train the tests' models on first use

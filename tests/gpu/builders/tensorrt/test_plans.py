@@ -1,7 +1,7 @@
 """TensorRT plan builds on a real GPU (marked gpu: skipped where tensorrt or nvidia-smi is missing).
 
 Run them in the builder image on a GPU host:
-    docker compose --env-file versions.env -f docker/compose.yaml run --rm --entrypoint python builder -m pytest -m gpu tests/gpu
+    docker compose --env-file versions.env -f docker/compose.yaml run --rm --entrypoint /opt/nvidia/nvidia_entrypoint.sh builder python -m pytest -m gpu tests/gpu
 """
 
 from __future__ import annotations
