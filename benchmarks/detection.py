@@ -28,6 +28,7 @@ from vision_serving.tasks.detection import DetectionPostprocessor
 from vision_serving.tasks.detection_heads import registry as detection_heads
 from vision_serving.tasks.detection_heads.anchor_free import AnchorFreeHead
 from vision_serving.tasks.detection_heads.base import xywh_to_xyxy
+from vision_serving.tasks.detection_heads.end2end import EndToEnd
 
 CLASSES = 80
 SIZE = 640
@@ -98,6 +99,8 @@ def synthetic_outputs(
     :func:`anchor_free_outputs`."""
     if head in SYNTHETIC:
         return SYNTHETIC[head](shapes, classes, batch, candidates, size, rng)
+    if issubclass(detection_heads.head_class(head), EndToEnd):
+        return end_to_end_outputs(head, shapes, classes, batch, candidates, size, rng)
     if issubclass(detection_heads.head_class(head), AnchorFreeHead):
         return anchor_free_outputs(head, shapes, classes, batch, candidates, size, rng)
     raise ValueError(f"benchmarks.detection makes no synthetic outputs of head {head!r}: add its own to SYNTHETIC")
@@ -149,6 +152,9 @@ EXTRA_ROWS: dict[str, Callable[[int, int, tuple[int, int], np.random.Generator],
     "yolo_pose": keypoint_rows,
     "yolo_segment": normal_rows,
     "yolo_obb": angle_rows,
+    "end2end_pose": keypoint_rows,
+    "end2end_segment": normal_rows,
+    "end2end_obb": angle_rows,
 }
 
 
@@ -184,12 +190,14 @@ def yolo_v5_outputs(
     return [np.stack(images).astype(np.float32)]
 
 
-def end2end_outputs(
-    shapes: Shapes, classes: int, batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
+def end_to_end_outputs(
+    head: str, shapes: Shapes, classes: int, batch: int, candidates: int, size: tuple[int, int], rng: np.random.Generator
 ) -> list[np.ndarray]:
-    """``[K, 6]`` rows of scores below 0.2 but ``candidates`` of them, class ids out of ``classes``."""
-    ((rows_per_image, columns),) = shapes
+    """``[K, 6 + extra]`` rows of scores below 0.2 but ``candidates`` of them, class ids out of ``classes``, the extra
+    columns as :data:`EXTRA_ROWS` says; then each other output of a standard normal (a segmenter's prototypes)."""
+    (rows_per_image, columns), *others = shapes
     corners = xywh_to_xyxy(synthetic_boxes(rows_per_image, size, rng))
+    fill = EXTRA_ROWS.get(head, uniform_rows)
     images = []
     for _ in range(batch):
         rows = np.zeros((rows_per_image, columns), np.float32)
@@ -197,12 +205,12 @@ def end2end_outputs(
         rows[:, 4] = rng.uniform(0.0, 0.2, rows_per_image)
         rows[rng.choice(rows_per_image, size=candidates, replace=False), 4] = rng.uniform(0.3, 0.99, candidates)
         rows[:, 5] = rng.integers(0, classes, rows_per_image)
+        rows[:, 6:] = fill(rows_per_image, columns - 6, size, rng)
         images.append(rows)
-    return [np.stack(images)]
+    return [np.stack(images), *(rng.standard_normal((batch, *shape)).astype(np.float32) for shape in others)]
 
 
-# The heads whose synthetic outputs are their own (the anchor-free ones share anchor_free_outputs).
+# The heads whose synthetic outputs are their own (the end-to-end ones share end_to_end_outputs, the anchor-free ones anchor_free_outputs).
 SYNTHETIC: dict[str, Callable[[Shapes, int, int, int, tuple[int, int], np.random.Generator], list[np.ndarray]]] = {
     "yolo_v5": yolo_v5_outputs,
-    "end2end": end2end_outputs,
 }

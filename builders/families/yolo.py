@@ -139,7 +139,10 @@ def _head(
         if in_model:
             return in_model[0]
         raise UnsupportedModel(f"{found} but its metadata says NMS is in the model (end2end); supported: {supported}")
-    candidates = [name for name, fit in fits.items() if fit]
+    # Ultralytics' metadata that says no NMS is in the model rules out the end-to-end rows (a pose model's [4 + C + PxD, A]
+    # would pass for rows of keypoints); an export without that metadata is taken by its shape alone.
+    ultralytics = "imgsz" in metadata
+    candidates = [name for name, fit in fits.items() if fit and not (ultralytics and exports[name].nms_in_model)]
     if not candidates:
         detail = f" for its {classes} classes" if classes else ""
         raise UnsupportedModel(f"{found}, which is none of the supported formats{detail}: {supported}")
@@ -439,7 +442,14 @@ def _detection(model: YoloModel, queue: int) -> Table:
             Entry("head", model.head),
             *(Entry(key, value) for key, value in model.head_parameters),
             Entry("labels_file", LABELS_FILE, "One class name a line, in class-id order."),
-            Entry("score_threshold", SCORE_THRESHOLD, "Ultralytics' predictor defaults: conf 0.25, iou 0.7, max_det 300, class-aware NMS."),
+            Entry(
+                "score_threshold",
+                SCORE_THRESHOLD,
+                "Ultralytics' predictor defaults: conf 0.25, max_det 300; the model's rows are kept as they are (no NMS: iou_threshold"
+                " and class_agnostic do not apply)."
+                if yolo_exports.EXPORTS[model.head].nms_in_model
+                else "Ultralytics' predictor defaults: conf 0.25, iou 0.7, max_det 300, class-aware NMS.",
+            ),
             Entry("iou_threshold", IOU_THRESHOLD),
             Entry("max_detections", MAX_DETECTIONS),
             Entry("class_agnostic", False),

@@ -135,21 +135,53 @@ class YoloV5(YoloExport):
 
 
 @dataclass(frozen=True)
-class End2End(YoloExport):
-    """``[K, 6]`` rows of NMS done in the model."""
+class EndToEndRows(YoloExport):
+    """``[K, 6 + extra_columns]`` rows (:mod:`vision_serving.tasks.detection_heads.end2end`): YOLO26's NMS-free head
+    (``nms=False``) or NMS in the graph (``nms=True``) of the task's one-to-many head."""
+
+    nms_in_model: bool = True
+    extra_columns: int = 0
 
     def fits(self, shapes: Shapes, classes: int | None) -> bool:
-        return len(shapes) == 1 and len(shapes[0]) == 2 and shapes[0][1] == COLUMNS
+        return len(shapes) == 1 and len(shapes[0]) == 2 and shapes[0][1] == COLUMNS + self.extra_columns
 
     def example_shapes(self, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
-        return [(END2END_ROWS, COLUMNS)]
+        return [(END2END_ROWS, COLUMNS + self.extra_columns)]
+
+
+@dataclass(frozen=True)
+class EndToEndPose(EndToEndRows, Pose):
+    """``[K, 6 + P x D]``: the keypoint shape from the metadata, as :class:`Pose`'s."""
+
+    extra_columns: int = COCO_KEYPOINTS[0] * COCO_KEYPOINTS[1]
+
+    def fits(self, shapes: Shapes, classes: int | None) -> bool:
+        """Columns past the six hold whole keypoints of 3 values (2 where 3 cannot divide them)."""
+        if len(shapes) != 1 or len(shapes[0]) != 2:
+            return False
+        rest = shapes[0][1] - COLUMNS
+        return rest > 0 and (rest % 3 == 0 or rest % 2 == 0)
+
+
+@dataclass(frozen=True)
+class EndToEndSegment(EndToEndRows):
+    """``[K, 6 + M]`` rows then ``[M, H/4, W/4]`` prototypes."""
+
+    def fits(self, shapes: Shapes, classes: int | None) -> bool:
+        if len(shapes) != 2 or len(shapes[0]) != 2 or len(shapes[1]) != 3:
+            return False
+        (_, columns), (coefficients, height, width) = shapes
+        return min(coefficients, height, width) >= 1 and columns == COLUMNS + coefficients
+
+    def example_shapes(self, classes: int, height: int, width: int) -> list[tuple[int, ...]]:
+        return [(END2END_ROWS, COLUMNS + MASK_COEFFICIENTS), (MASK_COEFFICIENTS, height // PROTO_STRIDE, width // PROTO_STRIDE)]
 
 
 # Head name -> its export, in the order the family tries them.
 EXPORTS: dict[str, YoloExport] = {
     "yolo": AnchorFree("[4+C, A]", "YOLOv5u, v8, 11, 26"),
     "yolo_v5": YoloV5("[A, 5+C]", "the original YOLOv5"),
-    "end2end": End2End("[K, 6]", "NMS in the model", nms_in_model=True),
+    "end2end": EndToEndRows("[K, 6]", "YOLO26 NMS-free, or nms=True"),
     "yolo_pose": Pose(
         "[4+C+PxD, A]",
         "YOLOv8, 11, 26 pose",
@@ -158,6 +190,14 @@ EXPORTS: dict[str, YoloExport] = {
     ),
     "yolo_segment": Segment("[4+C+M, A], [M, H/4, W/4]", "YOLOv8, 11 segment", task="segment"),
     "yolo_obb": AnchorFree("[4+C+1, A]", "YOLOv8, 11, 26 obb", task="obb", extra_rows=1),
+    "end2end_segment": EndToEndSegment("[K, 6+M], [M, H/4, W/4]", "YOLO26 segment NMS-free, or nms=True", task="segment"),
+    "end2end_pose": EndToEndPose(
+        "[K, 6+PxD]",
+        "YOLO26 pose NMS-free, or nms=True",
+        task="pose",
+        example_parameters={"keypoint_shape": f"{COCO_KEYPOINTS[0]},{COCO_KEYPOINTS[1]}"},
+    ),
+    "end2end_obb": EndToEndRows("[K, 7]", "YOLO26 obb NMS-free, or nms=True", task="obb", extra_columns=1),
 }
 
 

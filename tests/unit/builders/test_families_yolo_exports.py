@@ -14,11 +14,22 @@ def test_every_export_is_a_registered_head_and_states_its_facts():
     assert set(EXPORTS) <= set(registry.HEADS) and "mediapipe_ssd" not in EXPORTS
     assert yolo_exports.heads("detect") == ["yolo", "yolo_v5", "end2end"]
     assert yolo_exports.tasks() == ["detect", "obb", "pose", "segment"]
-    assert [yolo_exports.heads(task) for task in ("pose", "obb", "segment")] == [["yolo_pose"], ["yolo_obb"], ["yolo_segment"]]
+    assert [yolo_exports.heads(task) for task in ("pose", "obb", "segment")] == [
+        ["yolo_pose", "end2end_pose"],
+        ["yolo_obb", "end2end_obb"],
+        ["yolo_segment", "end2end_segment"],
+    ]
     for name, export in EXPORTS.items():
         assert export.layout.startswith("[") and export.exports, name
-    assert [name for name, export in EXPORTS.items() if export.nms_in_model] == ["end2end"]
-    assert yolo_exports.formats("obb") == "yolo_obb [N, 4+C+1, A] (YOLOv8, 11, 26 obb)"
+    assert [name for name, export in EXPORTS.items() if export.nms_in_model] == [
+        "end2end",
+        "end2end_segment",
+        "end2end_pose",
+        "end2end_obb",
+    ]
+    assert yolo_exports.formats("obb") == (
+        "yolo_obb [N, 4+C+1, A] (YOLOv8, 11, 26 obb), end2end_obb [N, K, 7] (YOLO26 obb NMS-free, or nms=True)"
+    )
 
 
 @pytest.mark.parametrize("size", [(640, 640), (320, 480)])
@@ -30,13 +41,18 @@ def test_each_head_fits_its_own_outputs_and_no_other_of_its_task(size):
         "yolo_pose": [(56, 8400)],
         "yolo_segment": [(37, 8400), (32, 160, 160)],
         "yolo_obb": [(6, 8400)],
+        "end2end_segment": [(300, 38), (32, 160, 160)],
+        "end2end_pose": [(300, 57)],
+        "end2end_obb": [(300, 7)],
     }
     for name, export in EXPORTS.items():
         classes = 80 if export.task == "detect" else 1
         shapes = export.example_shapes(classes, *size)
         if size == (640, 640):
             assert shapes == expected[name]
-        assert [other for other in yolo_exports.heads(export.task) if EXPORTS[other].fits(shapes, classes)] == [name]
+        # The family tells end-to-end rows from raw heads by the metadata (end2end, nms): among each kind, the shape decides.
+        alike = [other for other in yolo_exports.heads(export.task) if EXPORTS[other].nms_in_model == export.nms_in_model]
+        assert [other for other in alike if EXPORTS[other].fits(shapes, classes)] == [name]
         assert not export.fits([(*shapes[0], 1)], classes) and not export.fits([shapes[0], shapes[0]], classes)
 
 
@@ -76,3 +92,14 @@ def test_a_pose_export_metadata_gives_the_keypoints():
             pose.parameters(metadata)
     assert EXPORTS["yolo"].parameters({"kpt_shape": "[17, 3]"}) == ()
     assert dict(pose.example_parameters) == {"keypoint_shape": "17,3"}
+
+
+def test_the_end_to_end_rows_of_each_task():
+    """Six columns (box, score, class) then the task's: mask coefficients as many as the prototypes, whole keypoints, one
+    angle; the class count never matters (the rows do not carry one score per class)."""
+    segment, pose, obb = EXPORTS["end2end_segment"], EXPORTS["end2end_pose"], EXPORTS["end2end_obb"]
+    assert segment.fits([(300, 38), (32, 32, 32)], 3) and segment.fits([(300, 38), (32, 32, 32)], None)
+    assert not segment.fits([(300, 37), (32, 32, 32)], 3) and not segment.fits([(300, 38)], 3)
+    assert pose.fits([(300, 6 + 17 * 3)], 1) and pose.fits([(100, 6 + 5 * 2)], None) and not pose.fits([(300, 6)], 1)
+    assert obb.fits([(300, 7)], 15) and not obb.fits([(300, 6)], 15) and not obb.fits([(7, 300)], 15)
+    assert pose.parameters({"kpt_shape": "[5, 3]"}) == (("keypoint_shape", "5,3"),)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import end2end, mediapipe_ssd, yolo, yolo_obb, yolo_pose, yolo_segment, yolo_v5
+from . import end2end, end2end_obb, end2end_pose, end2end_segment, mediapipe_ssd, yolo, yolo_obb, yolo_pose, yolo_segment, yolo_v5
 from .base import Head
 
 HEADS: dict[str, type[Head]] = {
@@ -15,6 +15,9 @@ HEADS: dict[str, type[Head]] = {
         yolo_pose.HEAD,
         yolo_segment.HEAD,
         yolo_obb.HEAD,
+        end2end_segment.HEAD,
+        end2end_pose.HEAD,
+        end2end_obb.HEAD,
     )
 }
 

@@ -144,6 +144,14 @@ def bounds(points: np.ndarray) -> np.ndarray:
     return np.concatenate([points.min(axis=-2), points.max(axis=-2)], axis=-1)
 
 
+def oriented_detections(rboxes: FloatArray, scores: FloatArray, class_ids: IntArray, counts: IntArray) -> TensorDetections:
+    """The kept oriented boxes ``xywhr [N, K, 5]`` (zeros past each count), their scores and classes -> detections: each
+    box's axis-aligned bounds in model-input pixels, and its ``xywhr`` (extras)."""
+    boxes = bounds(corners(rboxes)).astype(np.float32)
+    boxes[np.arange(rboxes.shape[1])[None, :] >= counts[:, None]] = 0
+    return TensorDetections(boxes, scores.astype(np.float32), class_ids.astype(np.int32), counts, extras={"xywhr": rboxes})
+
+
 class YoloObbHead(AnchorFreeHead):
     name = "yolo_obb"
     parameters: ClassVar[dict[str, tuple[Callable[[str], Any], bool]]] = {"regularize_angles": (boolean, False)}
@@ -185,9 +193,7 @@ class YoloObbHead(AnchorFreeHead):
             out_rboxes[i, : len(chosen)] = rboxes[chosen]
             out_scores[i, : len(chosen)] = scores[chosen]
             out_classes[i, : len(chosen)] = class_ids[chosen]
-        out_boxes = bounds(corners(out_rboxes)).astype(np.float32)
-        out_boxes[np.arange(width)[None, :] >= counts[:, None]] = 0
-        return TensorDetections(out_boxes, out_scores, out_classes, counts, extras={"xywhr": out_rboxes})
+        return oriented_detections(out_rboxes, out_scores, out_classes, counts)
 
     @staticmethod
     def rotated_to_photo(found: TensorDetections, transforms: np.ndarray) -> np.ndarray:
