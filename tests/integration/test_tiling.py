@@ -26,7 +26,7 @@ from tritonclient.utils import InferenceServerException
 
 from builders import build_envs
 from tests.integration.test_bring_your_own_model import edit, run, write_scenes
-from tests.support import serve_script, tiling_scenes, yolo, yolo_obb, yolo_segment
+from tests.support import serve_script, tiling_scenes, yolo, yolo_exports, yolo_obb, yolo_segment
 from vision_serving import layout
 from vision_serving.tasks import detection
 from vision_serving.tasks.segmentation import iou
@@ -62,8 +62,8 @@ def model_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def obb_model_file(tmp_path_factory) -> Path:
-    """The tests' oriented-box model, its scores made surer as the OBB tests make them (``yolo_obb.surer``)."""
-    return yolo_obb.surer(yolo_obb.trained() / "static.onnx", tmp_path_factory.mktemp("obb") / "bars.onnx")
+    """The tests' oriented-box model, its scores made surer as the OBB tests make them (``yolo_exports.surer``)."""
+    return yolo_exports.surer(yolo_obb.trained() / "static.onnx", tmp_path_factory.mktemp("obb") / "bars.onnx", yolo_obb.ODDS)
 
 
 @pytest.fixture(scope="module")

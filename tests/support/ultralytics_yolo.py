@@ -7,16 +7,17 @@ it imports only ultralytics, numpy and the standard library, never the project.
 
 Usage::
 
-    python tests/support/ultralytics_yolo.py train [--task detect] --data DATA --out DIR [--imgsz 128] [--wide 192] [--epochs 40]
-                                                   [--seed 0] [--width 0.25] [--init WEIGHTS.pt]
+    python tests/support/ultralytics_yolo.py train [--task detect] [--family yolov8] --data DATA --out DIR [--imgsz 128]
+                                                   [--wide 192] [--epochs 40] [--seed 0] [--width 0.25] [--init WEIGHTS.pt]
     python tests/support/ultralytics_yolo.py predict [--task detect] --model MODEL.onnx --imgsz H,W --out OUT.npz [--model ...] IMAGE...
 
-``train`` trains a YOLOv8n of the task (``ARCHITECTURES``: ``yolov8n.yaml``, ``yolov8n-seg.yaml``...; ``--width``
-another width multiple of the same layers, :func:`architecture`) on the dataset the tests drew at ``imgsz`` x
-``imgsz``: from scratch (no pretrained weights can be installed here), or from another of its trainings' weights
-(``--init DIR/weights.pt``: the layers whose names and shapes match, Ultralytics' transfer), then keeps its weights
-(``DIR/weights.pt``) and exports it to ONNX (:func:`exports`; a task other than detect: ``static.onnx`` and
-``dynamic.onnx``). A detector's exports:
+``train`` trains a YOLOv8n of the task (``ARCHITECTURES``: ``yolov8n.yaml``, ``yolov8n-seg.yaml``...), or with
+``--family yolo26`` a YOLO26n (segment, pose, obb: ``yolo26n-seg.yaml``...; ``--width`` another width multiple of the
+same layers, :func:`architecture`) on the dataset the tests drew at ``imgsz`` x ``imgsz``: from scratch (no pretrained
+weights can be installed here), or from another of its trainings' weights (``--init DIR/weights.pt``: the layers whose
+names and shapes match, Ultralytics' transfer), then keeps its weights (``DIR/weights.pt``) and exports it to ONNX
+(:func:`exports`; a YOLOv8 task other than detect: ``static.onnx``, ``dynamic.onnx`` and ``nms.onnx``; a YOLO26 model:
+``static.onnx``, ``end2end.onnx`` and ``end2end_dynamic.onnx``). A detector's exports:
 ``DIR/yolo.onnx`` (static, the raw ``[1, 4 + C, A]`` head) at a landscape ``imgsz`` x ``wide``
 input (the network is fully convolutional: a non-square export of square training, as Ultralytics
 exports ``imgsz=(H, W)``), ``DIR/end2end.onnx`` (static, ``nms=True``: ``[1, 300, 6]``) at the square
@@ -47,19 +48,40 @@ os.environ.setdefault("YOLO_OFFLINE", "1")  # nothing downloads: no hub, no font
 
 import numpy as np
 
-# The model of each task Ultralytics trains and exports (yolov8n's architecture, no pretrained weights).
-ARCHITECTURES = {"detect": "yolov8n.yaml", "segment": "yolov8n-seg.yaml", "pose": "yolov8n-pose.yaml", "obb": "yolov8n-obb.yaml",
-                 "classify": "yolov8n-cls.yaml"}  # fmt: skip
+# The model of each task Ultralytics trains and exports, by family (no pretrained weights): yolov8n's architecture, and
+# YOLO26's (its NMS-free one-to-one head beside the one-to-many one).
+ARCHITECTURES = {
+    "yolov8": {"detect": "yolov8n.yaml", "segment": "yolov8n-seg.yaml", "pose": "yolov8n-pose.yaml", "obb": "yolov8n-obb.yaml",
+               "classify": "yolov8n-cls.yaml"},
+    "yolo26": {"segment": "yolo26n-seg.yaml", "pose": "yolo26n-pose.yaml", "obb": "yolo26n-obb.yaml"},
+}  # fmt: skip
+TASKS = sorted(ARCHITECTURES["yolov8"])
+# An nms=True export's own score threshold (its in-graph NMSModel drops rows under it): low, so that a model trained for
+# minutes keeps rows a test may raise (yolo_obb.surer); the served pipeline and the predictor apply 0.25 to the rows.
+NMS_EXPORT_CONF = 0.01
 
 
-def exports(task: str, imgsz: int, wide: int) -> list[tuple[str, int | list[int], dict]]:
+def exports(task: str, imgsz: int, wide: int, family: str = "yolov8") -> list[tuple[str, int | list[int], dict]]:
     """The exports: (file stem, imgsz, export options). Static files as Ultralytics exports by default, and the
     dynamic ones its Triton guide asks for (``dynamic=True``; with ``nms=True`` and the batch its NMS is unrolled for).
-    A detector's raw export is landscape; the other tasks' are square, static and dynamic."""
+    A detector's raw export is landscape; the other tasks' are square, static and dynamic, and ``nms.onnx`` (static,
+    ``nms=True``: NMS in the graph). YOLO26's: ``static.onnx`` (``nms`` unset: the one-to-many head), ``end2end.onnx``
+    (static, ``nms=False``: the NMS-free head) and ``end2end_dynamic.onnx`` (``dynamic=True, nms=False``)."""
+    if family == "yolo26":
+        return [
+            ("static", imgsz, {"dynamic": False, "simplify": True, "opset": 17}),
+            ("end2end", imgsz, {"dynamic": False, "simplify": True, "opset": 17, "nms": False}),
+            ("end2end_dynamic", imgsz, {"dynamic": True, "simplify": False, "opset": 19, "nms": False}),
+        ]
     if task != "detect":
         return [
             ("static", imgsz, {"dynamic": False, "simplify": True, "opset": 17}),
             ("dynamic", imgsz, {"dynamic": True, "simplify": False, "opset": 19}),
+            *(
+                [("nms", imgsz, {"dynamic": False, "simplify": True, "opset": 17, "nms": True, "conf": NMS_EXPORT_CONF})]
+                if task != "classify"
+                else []
+            ),
         ]
     return [
         ("yolo", [imgsz, wide], {"dynamic": False, "simplify": True, "opset": 17}),
@@ -69,14 +91,14 @@ def exports(task: str, imgsz: int, wide: int) -> list[tuple[str, int | list[int]
     ]
 
 
-def architecture(task: str, width: float, folder: Path) -> str:
-    """The model to train: Ultralytics' yolov8n of the task, or, at another width multiple than yolov8n's 0.25, the
+def architecture(task: str, width: float, folder: Path, family: str = "yolov8") -> str:
+    """The model to train: Ultralytics' n model of the family and task, or, at another width multiple than its own, the
     same layers (its depth, its channel limit) with ``width`` times the base channels: its yaml written in ``folder``,
     under the same name (Ultralytics reads the scale, n, from it)."""
     from ultralytics.nn.tasks import yaml_model_load
     from ultralytics.utils import YAML
 
-    name = ARCHITECTURES[task]
+    name = ARCHITECTURES[family][task]
     config = yaml_model_load(name)
     depth, base_width, channels = config["scales"]["n"]
     if width == base_width:
@@ -87,15 +109,17 @@ def architecture(task: str, width: float, folder: Path) -> str:
     return str(folder / name)
 
 
-def train(task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, seed: int, width: float, init: Path | None) -> None:
+def train(
+    task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, seed: int, width: float, init: Path | None, family: str = "yolov8"
+) -> None:
     import torch
     import ultralytics
     from ultralytics import YOLO
 
     started = time.time()
-    exported_files = exports(task, imgsz, wide)
+    exported_files = exports(task, imgsz, wide, family)
     with tempfile.TemporaryDirectory() as runs:
-        model = YOLO(architecture(task, width, Path(runs)), task=task)
+        model = YOLO(architecture(task, width, Path(runs), family), task=task)
         if init is not None:  # Ultralytics' transfer: every layer whose name and shape match is copied
             model.load(str(init))
         augment = {} if task == "classify" else {"mosaic": 0.0}
@@ -114,7 +138,7 @@ def train(task: str, data: Path, out: Path, imgsz: int, wide: int, epochs: int, 
         "ultralytics": ultralytics.__version__,
         "torch": torch.__version__,
         "task": task,
-        "architecture": f"{ARCHITECTURES[task]} at width {width:g}",
+        "architecture": f"{ARCHITECTURES[family][task]} at width {width:g}",
         "started_from": str(init) if init else "scratch (no pretrained weights)",
         "parameters": sum(parameter.numel() for parameter in model.model.parameters()),
         "data": str(data),
@@ -177,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     steps = parser.add_subparsers(dest="step", required=True)
     training = steps.add_parser("train")
-    training.add_argument("--task", choices=sorted(ARCHITECTURES), default="detect")
+    training.add_argument("--task", choices=TASKS, default="detect")
+    training.add_argument(
+        "--family", choices=sorted(ARCHITECTURES), default="yolov8", help="yolov8 (default) or yolo26 (no classify or detect)"
+    )
     training.add_argument("--data", type=Path, required=True)
     training.add_argument("--out", type=Path, required=True)
     training.add_argument("--imgsz", type=int, default=128)
@@ -188,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     training.add_argument("--init", type=Path, help="start from these weights (another training's weights.pt), not from scratch")
     predicting = steps.add_parser("predict")
     predicting.add_argument("--model", type=Path, action="append", required=True, help="a model file (repeat: one process for several)")
-    predicting.add_argument("--task", choices=sorted(ARCHITECTURES), default="detect")
+    predicting.add_argument("--task", choices=TASKS, default="detect")
     predicting.add_argument(
         "--imgsz", type=lambda text: [int(v) for v in text.split(",")], action="append", required=True, help="H,W (one per --model)"
     )
@@ -196,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     predicting.add_argument("images", nargs="*")
     args = parser.parse_args(argv)
     if args.step == "train":
-        train(args.task, args.data, args.out, args.imgsz, args.wide, args.epochs, args.seed, args.width, args.init)
+        if args.task not in ARCHITECTURES[args.family]:
+            parser.error(f"train: no {args.family} {args.task} model here (the family's: {', '.join(sorted(ARCHITECTURES[args.family]))})")
+        train(args.task, args.data, args.out, args.imgsz, args.wide, args.epochs, args.seed, args.width, args.init, args.family)
     elif not len(args.model) == len(args.imgsz) == len(args.out):
         parser.error("predict: one --imgsz and one --out per --model")
     else:

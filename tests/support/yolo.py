@@ -190,22 +190,29 @@ def trained(log=print) -> Path:
 
 
 def train_task(
-    task: str, write: Callable[[Path], Path], log, epochs: int, width: float = YOLOV8N_WIDTH, start_from: Path | None = None
+    task: str,
+    write: Callable[[Path], Path],
+    log,
+    epochs: int,
+    width: float = YOLOV8N_WIDTH,
+    start_from: Path | None = None,
+    family: str = "yolov8",
 ) -> Path:
-    """A YOLOv8n of ``task`` at ``width`` (``ultralytics_yolo.py train --width``), from scratch or from the weights of
+    """A YOLOv8n (``family`` yolo26: a YOLO26n) of ``task`` at ``width`` (``ultralytics_yolo.py train --width``), from scratch or from the weights of
     the model in the folder ``start_from``, trained by Ultralytics on the dataset ``write(folder)`` draws (it returns
     the path to pass as ``data``) and exported (``ultralytics_yolo.exports``): the folder of its ONNX files, weights and
     training.json. Cached by what the model is made of: the script, the environment's lock, the options (the model it
     starts from by its folder's name, itself such a key) and every file of the dataset (drawn again for each call, in
     a second or two, and compared)."""
     options = ["--task", task, "--imgsz", str(IMGSZ), "--wide", str(WIDE), "--epochs", str(epochs), "--width", f"{width:g}"]
+    options += ["--family", family] if family != "yolov8" else []
     with _training_lock:
         CACHE.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{task}-", dir=CACHE) as scratch:
+        with tempfile.TemporaryDirectory(prefix=f".{family}-{task}-", dir=CACHE) as scratch:
             drawn = Path(scratch) / "dataset"
             data = write(drawn).relative_to(drawn)
             key = training_key([*options, *(["--init", start_from.name] if start_from else [])], drawn)
-            folder = CACHE / f"{task}-{key}"
+            folder = CACHE / f"{'' if family == 'yolov8' else family + '-'}{task}-{key}"
             if (folder / "training.json").is_file():
                 return folder
             shutil.rmtree(folder, ignore_errors=True)  # what an interrupted training left

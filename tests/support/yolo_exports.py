@@ -9,6 +9,7 @@ are :mod:`tests.support.yolo`'s and import no onnx.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import tempfile
@@ -120,3 +121,45 @@ def input_size(model: Path) -> tuple[int, int]:
         return dims[2].dim_value, dims[3].dim_value
     height, width = json.loads({prop.key: prop.value for prop in loaded.metadata_props}["imgsz"])
     return int(height), int(width)
+
+
+def surer(source: Path, target: Path, odds: float) -> Path:
+    """The export with each class score ``s`` replaced by ``odds x s / (1 - s + odds x s)`` (its odds multiplied by
+    ``odds``), in the graph (a ``Mul``, ``Sub``, ``Add`` and ``Div`` after the first output), everything else and the
+    metadata kept: a model trained for minutes scores under the predictor's 0.25, and both the pipeline and the
+    predictor then read the same file. ``[N, 4 + C + extra, A]``: the C class rows; an end-to-end export's rows
+    ``[N, K, 6 + extra]`` (its metadata's ``end2end``, or ``nms`` in its ``args``): the score column (the rows' order
+    kept: the odds rise with the score)."""
+    model = onnx.load(str(source))
+    graph = model.graph
+    output = graph.output[0]
+    raw, renamed = output.name, f"{output.name}_unsure"
+    metadata = {prop.key: prop.value for prop in model.metadata_props}
+    rows = metadata.get("end2end") == "True" or "'nms': True" in metadata.get("args", "")
+    classes = 1 if rows else len(ast.literal_eval(metadata["names"]))
+    for node in graph.node:
+        node.output[:] = [renamed if name == raw else name for name in node.output]
+    for info in graph.value_info:
+        if info.name == raw:
+            info.name = renamed
+    # The box, the scores (a row's one, or the classes'), then the rest (class and extra columns, or the extra rows).
+    bounds = {"surer_0": 0, "surer_4": 4, "surer_scores_end": 4 + classes, "surer_end": 2**62, "surer_axis": 2 if rows else 1}
+    constants = {name: np.array([value], np.int64) for name, value in bounds.items()}
+    constants |= {"surer_odds": np.array(odds, np.float32), "surer_one": np.array(1.0, np.float32)}
+    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in constants.items())
+    graph.node.extend(
+        [
+            helper.make_node("Slice", [renamed, "surer_0", "surer_4", "surer_axis"], ["surer_boxes"]),
+            helper.make_node("Slice", [renamed, "surer_4", "surer_scores_end", "surer_axis"], ["surer_scores"]),
+            helper.make_node("Slice", [renamed, "surer_scores_end", "surer_end", "surer_axis"], ["surer_rest"]),
+            helper.make_node("Mul", ["surer_scores", "surer_odds"], ["surer_raised"]),
+            helper.make_node("Sub", ["surer_one", "surer_scores"], ["surer_complement"]),
+            helper.make_node("Add", ["surer_complement", "surer_raised"], ["surer_total"]),
+            helper.make_node("Div", ["surer_raised", "surer_total"], ["surer_sure"]),
+            helper.make_node("Concat", ["surer_boxes", "surer_sure", "surer_rest"], [raw], axis=2 if rows else 1),
+        ]
+    )
+    onnx.checker.check_model(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(target))
+    return target

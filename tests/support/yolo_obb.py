@@ -8,20 +8,17 @@ span). :func:`write_dataset` writes them in Ultralytics' OBB layout (``class x1 
 y4``: the four corners, normalized) and :func:`trained` has Ultralytics train a YOLOv8n-obb on
 them (:func:`tests.support.yolo.train_task`), starting from the detector's weights: its ``static.onnx`` and
 ``dynamic.onnx`` exports. The model only has to give real outputs, not good ones: so few epochs
-leave its scores low (an oriented box's score follows how well it fits), and :func:`surer` rewrites
+leave its scores low (an oriented box's score follows how well it fits), and ``yolo_exports.surer`` rewrites
 an export so that its class scores' odds are ``ODDS`` times the network's (the boxes and angles
 untouched, the scores' order kept) and Ultralytics' predictor at its default 0.25 finds objects.
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import cv2
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
 
 from tests.support import yolo
 
@@ -90,44 +87,38 @@ def trained(log=print) -> Path:
     return yolo.train_task("obb", write_dataset, log, epochs=EPOCHS, width=yolo.WIDTH, start_from=yolo.trained(log))
 
 
-def surer(source: Path, target: Path, odds: float = ODDS) -> Path:
-    """The export ``[N, 4 + C + 1, A]`` with each class score ``s`` replaced by ``odds x s / (1 - s + odds x s)`` (its
-    odds multiplied by ``odds``), in the graph (an ``Add``, ``Mul``, ``Sub`` and ``Div`` after the output), the
-    metadata kept."""
-    model = onnx.load(str(source))
-    graph = model.graph
-    (output,) = graph.output
-    raw, renamed = output.name, f"{output.name}_unsure"
-    classes = len(ast.literal_eval({prop.key: prop.value for prop in model.metadata_props}["names"]))
-    for node in graph.node:
-        node.output[:] = [renamed if name == raw else name for name in node.output]
-    for info in graph.value_info:
-        if info.name == raw:
-            info.name = renamed
-    bounds = {"surer_0": 0, "surer_4": 4, "surer_classes_end": 4 + classes, "surer_end": 5 + classes, "surer_axis": 1}
-    constants = {name: np.array([value], np.int64) for name, value in bounds.items()}
-    constants |= {"surer_odds": np.array(odds, np.float32), "surer_one": np.array(1.0, np.float32)}
-    graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in constants.items())
-    graph.node.extend(
-        [
-            helper.make_node("Slice", [renamed, "surer_0", "surer_4", "surer_axis"], ["surer_boxes"]),
-            helper.make_node("Slice", [renamed, "surer_4", "surer_classes_end", "surer_axis"], ["surer_scores"]),
-            helper.make_node("Slice", [renamed, "surer_classes_end", "surer_end", "surer_axis"], ["surer_angles"]),
-            helper.make_node("Mul", ["surer_scores", "surer_odds"], ["surer_raised"]),
-            helper.make_node("Sub", ["surer_one", "surer_scores"], ["surer_rest"]),
-            helper.make_node("Add", ["surer_rest", "surer_raised"], ["surer_total"]),
-            helper.make_node("Div", ["surer_raised", "surer_total"], ["surer_sure"]),
-            helper.make_node("Concat", ["surer_boxes", "surer_sure", "surer_angles"], [raw], axis=1),
-        ]
-    )
-    onnx.checker.check_model(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(target))
-    return target
-
-
 def write_scenes(folder: Path, count: int, seed: int) -> dict[str, bytes]:
     """``count`` scenes the model never saw, at many sizes and aspect ratios, PNG and JPEG: name -> file bytes."""
     return yolo.write_new_scenes(
         folder, count, seed, "obb", lambda rng, height, width, background: scene(rng, height, width, background)[0]
     )
+
+
+def _area(polygon: np.ndarray) -> float:
+    """The signed area of a polygon ``[P, 2]`` (positive counter-clockwise, x right, y up)."""
+    x, y = polygon[:, 0], polygon[:, 1]
+    return float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))) / 2 if len(polygon) > 2 else 0.0
+
+
+def polygon_iou(first: np.ndarray, second: np.ndarray) -> float:
+    """IoU of two convex quadrilaterals ``[4, 2]`` (either winding), in float64: the first clipped by each edge of the
+    second (Sutherland-Hodgman). Not cv2.intersectConvexConvex, which fails on two nearly identical polygons."""
+    a, b = (np.asarray(points, np.float64) for points in (first, second))
+    a, b = (p if _area(p) >= 0 else p[::-1] for p in (a, b))
+    clipped = a
+    for start, end in zip(b, np.roll(b, -1, axis=0)):
+        if not len(clipped):
+            break
+        edge = end - start
+        side = edge[0] * (clipped[:, 1] - start[1]) - edge[1] * (clipped[:, 0] - start[0])  # >= 0: inside (left of the edge)
+        kept = []
+        for i in range(len(clipped)):
+            j = (i + 1) % len(clipped)
+            if side[i] >= 0:
+                kept.append(clipped[i])
+            if (side[i] >= 0) != (side[j] >= 0):
+                kept.append(clipped[i] + (clipped[j] - clipped[i]) * side[i] / (side[i] - side[j]))
+        clipped = np.array(kept).reshape(-1, 2)
+    inter = abs(_area(clipped))
+    union = abs(_area(a)) + abs(_area(b)) - inter
+    return inter / union if union > 0 else 0.0

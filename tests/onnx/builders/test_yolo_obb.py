@@ -2,7 +2,7 @@
 
 A YOLOv8n-obb trained here on drawn bars and ellipses (tests/support/yolo_obb.py; cached under
 ``.build/test-yolo/``), its static and dynamic exports (their class scores' odds raised in the graph,
-``yolo_obb.surer``: a model trained for minutes scores under the predictor's 0.25) each brought into
+``yolo_exports.surer``: a model trained for minutes scores under the predictor's 0.25) each brought into
 a model repository of the test's own (``python -m builders new-pipeline NAME --from yolo --model
 FILE``), built (``python -m builders export``) and checked (``python -m builders check``, ``python -m
 vision_serving.consistency``), then run in process as served (decode, letterbox, the CPU core, the postprocess), against
@@ -52,9 +52,11 @@ def run(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory) -> dict[str, Path]:
-    """Each export, its scores' odds raised (``yolo_obb.surer``), by its name."""
+    """Each export, its scores' odds raised (``yolo_exports.surer``), by its name."""
     trained, folder = yolo_obb.trained(), tmp_path_factory.mktemp("obb_exports")
-    return {name: yolo_obb.surer(trained / f"{name}.onnx", folder / f"bars_{name}.onnx") for name in set(PIPELINES.values())}
+    return {
+        name: yolo_exports.surer(trained / f"{name}.onnx", folder / f"bars_{name}.onnx", yolo_obb.ODDS) for name in set(PIPELINES.values())
+    }
 
 
 @pytest.fixture(scope="module")
@@ -79,36 +81,6 @@ def test_the_repository_is_consistent(repository):
 def images(tmp_path_factory) -> dict[str, bytes]:
     scenes = yolo_obb.write_scenes(tmp_path_factory.mktemp("obb_scenes"), SCENES, seed=11)
     return {**scenes, **{f"{name}{photos.photo_path(name).suffix}": photos.photo_bytes(name) for name in PACKAGE_PHOTOS}}
-
-
-def _area(polygon: np.ndarray) -> float:
-    """The signed area of a polygon ``[P, 2]`` (positive counter-clockwise, x right, y up)."""
-    x, y = polygon[:, 0], polygon[:, 1]
-    return float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))) / 2 if len(polygon) > 2 else 0.0
-
-
-def polygon_iou(first: np.ndarray, second: np.ndarray) -> float:
-    """IoU of two convex quadrilaterals ``[4, 2]`` (either winding), in float64: the first clipped by each edge of the
-    second (Sutherland-Hodgman). Not cv2.intersectConvexConvex, which fails on two nearly identical polygons."""
-    a, b = (np.asarray(points, np.float64) for points in (first, second))
-    a, b = (p if _area(p) >= 0 else p[::-1] for p in (a, b))
-    clipped = a
-    for start, end in zip(b, np.roll(b, -1, axis=0)):
-        if not len(clipped):
-            break
-        edge = end - start
-        side = edge[0] * (clipped[:, 1] - start[1]) - edge[1] * (clipped[:, 0] - start[0])  # >= 0: inside (left of the edge)
-        kept = []
-        for i in range(len(clipped)):
-            j = (i + 1) % len(clipped)
-            if side[i] >= 0:
-                kept.append(clipped[i])
-            if (side[i] >= 0) != (side[j] >= 0):
-                kept.append(clipped[i] + (clipped[j] - clipped[i]) * side[i] / (side[i] - side[j]))
-        clipped = np.array(kept).reshape(-1, 2)
-    inter = abs(_area(clipped))
-    union = abs(_area(a)) + abs(_area(b)) - inter
-    return inter / union if union > 0 else 0.0
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +109,7 @@ def test_the_pipeline_answers_as_ultralytics_predictor(pipeline, repository, pre
         assert outputs["CLASS_IDS"][index, :count].tolist() == expected["classes"].tolist(), name
         assert outputs["LABELS"][index, :count].tolist() == [yolo_obb.CLASSES[c].encode() for c in expected["classes"]]
         rotated, corners = outputs["ROTATED_BOXES"][index, :count], outputs["CORNERS"][index, :count]
-        rotated_ious += [polygon_iou(mine, theirs) for mine, theirs in zip(corners, expected["corners"])]
+        rotated_ious += [yolo_obb.polygon_iou(mine, theirs) for mine, theirs in zip(corners, expected["corners"])]
         angle_errors += np.abs(rotated[:, 4] - expected["rotated"][:, 4]).tolist()
         clipped = np.clip(expected["boxes"], 0, [width, height, width, height])
         errors = np.abs(outputs["BOXES"][index, :count] - clipped).max(axis=1, initial=0)
