@@ -57,7 +57,7 @@ ARCHITECTURES = {
 }  # fmt: skip
 TASKS = sorted(ARCHITECTURES["yolov8"])
 # An nms=True export's own score threshold (its in-graph NMSModel drops rows under it): low, so that a model trained for
-# minutes keeps rows a test may raise (yolo_obb.surer); the served pipeline and the predictor apply 0.25 to the rows.
+# minutes keeps rows a test may raise (yolo_exports.surer); the served pipeline and the predictor apply 0.25 to the rows.
 NMS_EXPORT_CONF = 0.01
 
 
