@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +25,7 @@ from onnx import helper, numpy_helper
 from builders import build_envs
 from builders.artifacts import sha256_file
 from tests.support.yolo import CACHE, ENV, SCRIPT
+from vision_serving import layout
 
 
 def to_yolo_v5(source: Path, target: Path) -> Path:
@@ -163,3 +166,22 @@ def surer(source: Path, target: Path, odds: float) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(target))
     return target
+
+
+def run_python(*args: str, timeout: float = 1800) -> str:
+    """``python ARGS`` in the project's root, as the docs type it: its stdout and stderr (an assertion names a failure)."""
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=layout.REPOSITORY_ROOT, timeout=timeout)
+    assert result.returncode == 0, f"{' '.join(args)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return result.stdout + result.stderr
+
+
+def bring(model_files: Mapping[str, Path], repository: Path) -> dict[str, str]:
+    """Each model file brought into ``repository`` as a user brings it (``new-pipeline NAME --from yolo``), built
+    (``export``) and checked (``check``: what blocks a TensorRT build): what the commands said, by pipeline name."""
+    where = ["--model-repository", str(repository)]
+    said = {}
+    for name, model_file in model_files.items():
+        said[name] = run_python("-m", "builders", "new-pipeline", name, "--from", "yolo", "--model", str(model_file), *where)
+        said[name] += run_python("-m", "builders", "export", "--pipeline", name, *where)
+        said[name] += run_python("-m", "builders", "check", "--pipeline", name, *where)
+    return said

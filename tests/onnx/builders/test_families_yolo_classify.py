@@ -250,12 +250,7 @@ def brought(model_files, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """The temporary model repository with the pipelines brought, exported and checked; what each command said."""
     repository = tmp_path_factory.mktemp("classify") / "model_repository"
     repository.mkdir()
-    where = ["--model-repository", str(repository)]
-    said = {}
-    for name, model_file in model_files.items():
-        said[name] = run("-m", "builders", "new-pipeline", name, "--from", "yolo", "--model", str(model_file), *where)
-        said[name] += run("-m", "builders", "export", "--pipeline", name, *where)
-        said[name] += run("-m", "builders", "check", "--pipeline", name, *where)
+    said = yolo_exports.bring(model_files, repository)
     assert "ok: " in run("-m", "vision_serving.consistency", "--repository", str(repository))
     return repository, said
 

@@ -14,8 +14,6 @@ answers with the tensors of its task's one-to-many pipeline. The figures are pri
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,13 +52,6 @@ MIN_ROTATED_IOU = 0.98
 ODDS = 8.0  # yolo_exports.surer: a score of 0.04 becomes 0.25
 
 
-def run(*args: str) -> str:
-    """``python ARGS`` in the project's root; its stdout and stderr."""
-    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=layout.REPOSITORY_ROOT, timeout=1800)
-    assert result.returncode == 0, f"{' '.join(args)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return result.stdout + result.stderr
-
-
 def trained(task: str, family: str) -> Path:
     if family == "yolo26":
         return yolo26.trained_task(task)
@@ -85,12 +76,7 @@ def brought(model_files, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """The test's model repository, each pipeline brought, built and checked; what the commands said."""
     repository = tmp_path_factory.mktemp("end2end") / "model_repository"
     repository.mkdir()
-    where = ["--model-repository", str(repository)]
-    said = {}
-    for name, model_file in model_files.items():
-        said[name] = run("-m", "builders", "new-pipeline", name, "--from", "yolo", "--model", str(model_file), *where)
-        said[name] += run("-m", "builders", "export", "--pipeline", name, *where)
-        said[name] += run("-m", "builders", "check", "--pipeline", name, *where)
+    said = yolo_exports.bring(model_files, repository)
     return repository, said
 
 
@@ -103,7 +89,7 @@ def test_new_pipeline_picks_the_head_of_each_nms_option(brought):
     # A static batch-1 NMS-free export is made dynamic (its top K per image batches); nms=True serves its batch of 1.
     assert "the static batch of 1 becomes dynamic" in said["segment26_e2e"]
     assert "max_batch_size 1" in said["segment_nms"]
-    assert "ok: " in run("-m", "vision_serving.consistency", "--repository", str(repository))
+    assert "ok: " in yolo_exports.run_python("-m", "vision_serving.consistency", "--repository", str(repository))
 
 
 def test_an_end_to_end_pipeline_answers_with_its_tasks_tensors(brought):

@@ -61,12 +61,7 @@ def brought(model_files, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     command said."""
     repository = tmp_path_factory.mktemp("pose") / "model_repository"
     repository.mkdir()
-    where = ["--model-repository", str(repository)]
-    said = {}
-    for name, model_file in model_files.items():
-        said[name] = run("-m", "builders", "new-pipeline", name, "--from", "yolo", "--model", str(model_file), *where)
-        said[name] += run("-m", "builders", "export", "--pipeline", name, *where)
-        said[name] += run("-m", "builders", "check", "--pipeline", name, *where)
+    said = yolo_exports.bring(model_files, repository)
     return repository, said
 
 
