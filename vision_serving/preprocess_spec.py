@@ -27,9 +27,9 @@ LAYOUTS = ("NCHW", "NHWC")
 # The pixel output's data type (its config spelling) -> what the preprocess hands the core.
 PIXEL_DTYPES = {"FP32": "float32", "UINT8": "uint8"}
 COLOR_ORDERS = ("RGB", "BGR")
-RESIZE_MODES = ("center_crop", "stretch", "letterbox", "yolo_letterbox")
+RESIZE_MODES = ("center_crop", "stretch", "letterbox", "yolo_letterbox", "yolo_stretch")
 # The modes that reproduce another runtime's resize exactly (decoded at full size, no anti-aliasing).
-EXACT_MODES = ("stretch", "letterbox", "yolo_letterbox")
+EXACT_MODES = ("stretch", "letterbox", "yolo_letterbox", "yolo_stretch")
 # Ultralytics' LetterBox padding_value.
 YOLO_PAD_VALUE = 114
 # Resize the whole image (then crop) up to this many times the crop's area;
@@ -242,7 +242,7 @@ def decode_minimum(spec: PreprocessSpec) -> MinimumSize | None:
 
     - ``center_crop``: a shorter side of at least that many times ``resize_shorter_side`` (web-size
       photos decode at full size; a 12 MP phone photo for a 256-pixel resize at 1/4);
-    - ``stretch``: each side at least that many times the tensor's;
+    - ``stretch``, ``yolo_stretch``: each side at least that many times the tensor's;
     - ``letterbox``, ``yolo_letterbox``: the photo fitted into that many times the tensor (its longer
       side relative to the tensor binds).
 
@@ -256,6 +256,6 @@ def decode_minimum(spec: PreprocessSpec) -> MinimumSize | None:
     if spec.resize == "center_crop":
         return MinimumSize(shorter_side=math.ceil(spec.resize_shorter_side * factor))
     width, height = math.ceil(spec.width * factor), math.ceil(spec.height * factor)
-    if spec.resize == "stretch":
+    if spec.resize in ("stretch", "yolo_stretch"):
         return MinimumSize(width=width, height=height)
     return MinimumSize(fit_width=width, fit_height=height)

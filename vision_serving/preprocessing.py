@@ -18,7 +18,10 @@ model input's height and width are the pixel output's dims:
   ``r = min(H / h, W / w)`` to ``round(w r) x round(h r)`` with ``cv2.resize``
   (linear), then pad to H x W with ``pad_value`` (114), the padding split as
   ``round(d / 2 - 0.1)`` before and ``round(d / 2 + 0.1)`` after
-  (:func:`yolo_letterbox`).
+  (:func:`yolo_letterbox`);
+- ``yolo_stretch``: Ultralytics' ``LetterBox(scale_fill=True)``, as the RT-DETR and depth predictors
+  apply it: the whole image onto height x width by ``cv2.resize``, aspect ratio not kept, no padding
+  (:func:`yolo_stretch`).
 
 The ``interpolation`` parameter names OpenCV's filters (``bilinear``, ``bicubic``, ``nearest``) or
 Pillow's (:data:`PIL_INTERPOLATIONS`: ``pil_bilinear``), the latter for ``center_crop`` and
@@ -169,6 +172,9 @@ from .resize import (
 )
 from .resize import (
     yolo_letterbox as yolo_letterbox,
+)
+from .resize import (
+    yolo_stretch as yolo_stretch,
 )
 
 

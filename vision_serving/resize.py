@@ -143,6 +143,18 @@ def yolo_letterbox(
     return out
 
 
+def yolo_stretch(
+    image: np.ndarray, width: int, height: int, interpolation: int, out: np.ndarray | None = None, size: tuple[int, int] | None = None
+) -> np.ndarray:
+    """Ultralytics' ``LetterBox(scale_fill=True)`` (RT-DETR's and the depth models' predictors): the whole image onto a
+    width x height grid by ``cv2.resize`` (when the size changes), the aspect ratio not kept, no padding. ``size``: the
+    photo's (height, width) when ``image`` is a reduced decode of it (``cv2.resize``'s half-pixel centres sample the
+    same points of the photo at any scale). Unlike :func:`stretch` (MediaPipe's corner-aligned warp)."""
+    if (image.shape[1], image.shape[0]) == (width, height):
+        return _written(image, out)
+    return _written(cv2.resize(image, (width, height), interpolation=interpolation), out)
+
+
 def pil_resize(
     image: np.ndarray, width: int, height: int, interpolation: str, box: tuple[float, float, float, float] | None = None
 ) -> np.ndarray:
@@ -219,8 +231,8 @@ def resize_and_crop(
 
     ``out``, a C-contiguous height x width x 3 uint8 array, receives the result
     (no intermediate copy on the warp paths). ``size``: the photo's (height, width) when ``image``
-    is a reduced decode of it (:func:`decode_minimum`): ``stretch``, ``letterbox`` and
-    ``yolo_letterbox`` keep the photo's geometry; ``center_crop`` scales the image it is given.
+    is a reduced decode of it (:func:`decode_minimum`): ``stretch``, ``letterbox``, ``yolo_letterbox`` and
+    ``yolo_stretch`` keep the photo's geometry; ``center_crop`` scales the image it is given.
     """
     if spec.resize == "stretch" and spec.interpolation in PIL_INTERPOLATIONS:
         # The whole image onto the tensor by Pillow (a reduced decode covers the same photo: the geometry is the same).
@@ -232,6 +244,8 @@ def resize_and_crop(
         return stretch(image, spec.width, spec.height, interpolation, out, size)
     if spec.resize == "letterbox":
         return letterbox(image, spec.width, spec.height, interpolation, out, size)
+    if spec.resize == "yolo_stretch":
+        return yolo_stretch(image, spec.width, spec.height, interpolation, out, size)
     return yolo_letterbox(image, spec.width, spec.height, interpolation, spec.pad_value, out, size)
 
 
@@ -250,7 +264,7 @@ def tensor_transforms(sizes: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
 
     - ``center_crop``: the shorter-side scale, offset by the crop's origin (before anti-aliasing, which
       keeps the geometry);
-    - ``stretch``: the corner-aligned warp, image [0, w] onto tensor [0, W];
+    - ``stretch``: the corner-aligned warp, image [0, w] onto tensor [0, W]; ``yolo_stretch``: ``cv2.resize``, the same edges;
     - ``letterbox``: MediaPipe's padded region onto the tensor;
     - ``yolo_letterbox``: Ultralytics' per-axis gains of the rounded resize and its padding
       (``ultralytics.utils.ops.scale_boxes``).
@@ -262,7 +276,7 @@ def tensor_transforms(sizes: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
             new_width, new_height = resized_size(width, height, spec.resize_shorter_side)
             left, top = crop_origin(new_width, new_height, spec.width, spec.height)
             out[row] = (new_width / width, new_height / height, -left, -top)
-        elif spec.resize == "stretch":
+        elif spec.resize in ("stretch", "yolo_stretch"):
             out[row] = (spec.width / width, spec.height / height, 0.0, 0.0)
         elif spec.resize == "letterbox":
             roi_left, roi_top, roi_width, roi_height = image_to_tensor.letterbox_roi(height, width, spec.height, spec.width)

@@ -21,7 +21,8 @@ called here, not restated:
   (``reduced_to_photo``), inverted, in DALI's coordinates (:func:`dali_matrix`);
 - ``center_crop``: the shorter side scaled and the crop cut as the served code computes them on the image it is given
   (the reduced decode), as the crop's region of it; ``stretch`` with a Pillow filter: the whole image;
-- ``yolo_letterbox``: Ultralytics' fitted size and padding (:class:`vision_serving.resize.YoloLetterbox`) of the photo.
+- ``yolo_letterbox``: Ultralytics' fitted size and padding (:class:`vision_serving.resize.YoloLetterbox`) of the photo;
+  ``yolo_stretch``: the tensor's size, no padding.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class SamplePlan:
 
 def kind(spec: PreprocessSpec) -> str:
     """The DALI pipeline's resize kind for the spec's resize mode."""
-    if spec.resize == "yolo_letterbox":
+    if spec.resize in ("yolo_letterbox", "yolo_stretch"):
         return "fit_pad"
     if spec.resize == "center_crop" or spec.interpolation in PIL_INTERPOLATIONS:
         return "region"
@@ -138,6 +139,8 @@ def _region(spec: PreprocessSpec, image: tuple[int, int]) -> dict[str, np.ndarra
 def _geometry(spec: PreprocessSpec, height: int, width: int, reduced: tuple[int, int], scale: float) -> dict[str, np.ndarray]:
     """The resize kind's inputs for a photo of ``height`` x ``width`` whose reduced decode is ``reduced`` (at ``scale``)."""
     chosen = kind(spec)
+    if chosen == "fit_pad" and spec.resize == "yolo_stretch":  # the whole photo resized onto the tensor, nothing padded
+        return {names.FIT_SIZE: _f32(spec.height, spec.width), names.ANCHOR: np.zeros(2, dtype=np.int32)}
     if chosen == "fit_pad":
         fit = resize.YoloLetterbox.of(height, width, spec.height, spec.width)
         return {names.FIT_SIZE: _f32(fit.new_height, fit.new_width), names.ANCHOR: np.array([-fit.top, -fit.left], dtype=np.int32)}

@@ -111,13 +111,15 @@ def test_a_request_of_several_photos_is_one_tensor_with_its_sizes(gpu):
     np.testing.assert_array_equal(several.sizes, [[240, 320], [300, 200]])
 
 
-def test_the_ultralytics_letterbox_is_the_served_one():
-    """A YOLO pipeline's resize (``yolo_letterbox``, full decode, as ``new-pipeline --from yolo`` writes it): the
-    fitted resize and the padded slice give the served float tensor, to the float rounding on web photos."""
+@pytest.mark.parametrize("mode", ["yolo_letterbox", "yolo_stretch"])
+def test_the_ultralytics_letterbox_is_the_served_one(mode):
+    """A YOLO pipeline's resize (``yolo_letterbox``, full decode, as ``new-pipeline --from yolo`` writes it; and
+    ``yolo_stretch``, RT-DETR's): the fitted resize and the padded slice give the served float tensor, to the float
+    rounding on web photos that need no resize."""
     from benchmarks import images
     from vision_serving.gpu_pixels import dali_pipeline, plan, settings
 
-    spec = preprocessing.PreprocessSpec(640, 640, 640, "bilinear", (0.0,) * 3, (255.0,) * 3, resize="yolo_letterbox", decode_oversampling=0)
+    spec = preprocessing.PreprocessSpec(640, 640, 640, "bilinear", (0.0,) * 3, (255.0,) * 3, resize=mode, decode_oversampling=0)
     chosen = plan.pipeline_settings(spec, settings.GpuSettings(1, 1.0), 4, "cpu", None)
     pipeline = dali_pipeline.build(chosen)
     limits = image_codec.ImageLimits(max_bytes=1 << 26, max_pixels=1 << 28)
@@ -126,4 +128,5 @@ def test_the_ultralytics_letterbox_is_the_served_one():
         got = np.asarray(dali_pipeline.run(pipeline, plan.feeds([sample], chosen.inputs)).sample(0))
         expected = preprocessing.preprocess_batch([image_codec.decode(payload.data, limits).image], spec)
         assert got.shape == expected.shape == (1, 3, 640, 640) and got.dtype == expected.dtype
-        assert np.abs(got - expected).mean() < (1e-6 if "@640" in payload.name else 0.5 / 255), payload.name
+        unresized = "@640" in payload.name and mode == "yolo_letterbox"
+        assert np.abs(got - expected).mean() < (1e-6 if unresized else 0.5 / 255), payload.name

@@ -356,6 +356,19 @@ def test_yolo_letterbox_is_ultralytics_letterbox(shape, target):
     )
 
 
+@pytest.mark.parametrize(("shape", "target"), [((499, 816), (320, 320)), ((97, 33), (128, 96)), ((128, 96), (128, 96))])
+def test_yolo_stretch_is_ultralytics_scale_fill_letterbox(shape, target):
+    """LetterBox(scale_fill=True): cv2.resize of the whole image to W x H (linear), no padding; a photo of the tensor's
+    size as it is. The transform maps the photo's edges onto the tensor's, per axis."""
+    image = np.random.default_rng(7).integers(0, 256, (*shape, 3), dtype=np.uint8)
+    spec = dataclasses.replace(yolo_spec(*target), resize="yolo_stretch")
+    expected = image if shape == target else cv2.resize(image, (target[1], target[0]), interpolation=cv2.INTER_LINEAR)
+    np.testing.assert_array_equal(preprocessing.resize_and_crop(image, spec), expected)
+    transform = preprocessing.tensor_transforms(np.array([shape], np.int32), spec)[0]
+    assert _through(transform, 0, 0) == (0.0, 0.0) and _through(transform, shape[1], shape[0]) == pytest.approx((target[1], target[0]))
+    assert preprocessing.decode_minimum(spec) == preprocessing.MinimumSize(width=2 * target[1], height=2 * target[0])
+
+
 def test_scale_multiplies_before_mean_and_std():
     image = np.random.default_rng(5).integers(0, 256, (50, 60, 3), dtype=np.uint8)
     spec = dataclasses.replace(yolo_spec(32, 32), scale=1 / 255, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), resize="stretch")
@@ -366,7 +379,7 @@ def test_scale_multiplies_before_mean_and_std():
         dataclasses.replace(spec, scale=0.0)
 
 
-@pytest.mark.parametrize("mode", ["stretch", "letterbox", "yolo_letterbox"])
+@pytest.mark.parametrize("mode", ["stretch", "letterbox", "yolo_letterbox", "yolo_stretch"])
 def test_non_square_inputs_for_every_whole_image_mode(mode):
     image = np.zeros((300, 200, 3), dtype=np.uint8)
     spec = dataclasses.replace(yolo_spec(144, 256), resize=mode)

@@ -106,6 +106,15 @@ def test_a_yolo_letterbox_is_a_fitted_resize_and_a_padded_slice():
     np.testing.assert_array_equal(sample.feeds[settings.ANCHOR], [-140, 0])
 
 
+def test_a_yolo_stretch_is_a_resize_to_the_tensor_and_nothing_padded():
+    spec = preprocessing.PreprocessSpec(640, 640, 640, "bilinear", (0.0,) * 3, (1.0,) * 3, resize="yolo_stretch")
+    data = jpeg(smooth(1280, 720))
+    sample = plan.sample_plan(data, image_codec.check(data, LIMITS), spec, preprocessing.decode_minimum(spec))
+    assert plan.kind(spec) == "fit_pad"
+    np.testing.assert_array_equal(sample.feeds[settings.FIT_SIZE], [640, 640])
+    np.testing.assert_array_equal(sample.feeds[settings.ANCHOR], [0, 0])
+
+
 def test_the_settings_refuse_what_the_graph_cannot_build():
     with pytest.raises(ValueError, match="no resize kind"):
         settings.PixelPipelineSettings(kind="crop", height=1, width=1)
