@@ -127,6 +127,19 @@ def _head(
         raise UnsupportedModel(f"{found}; supported: {supported}, with fixed sizes past the batch")
     per_image = [tuple(int(d) for d in shape[1:]) for shape in shapes]
     exports = {name: yolo_exports.EXPORTS[name] for name in yolo_exports.heads(task)}
+    # An export whose metadata names Ultralytics' head module (RT-DETR's RTDETRDecoder) is that head's only; other exports
+    # never are (RT-DETR's normalized rows have the shape of end2end's).
+    decoder = metadata.get("head", "")
+    named = {name: export for name, export in exports.items() if export.ultralytics_head and export.ultralytics_head == decoder}
+    if named and forced is None:
+        (name, export), *_ = named.items()
+        if export.fits(per_image, classes):
+            return name
+        raise UnsupportedModel(
+            f"{found} but its metadata's head is {decoder}; supported: {name} [N, {export.layout[1:]} ({export.exports})"
+        )
+    if forced is None:
+        exports = {name: export for name, export in exports.items() if not export.ultralytics_head}
     fits = {name: export.fits(per_image, classes) for name, export in exports.items()}
     if forced is not None:
         if forced not in fits:
@@ -410,13 +423,14 @@ def header(name: str, source_name: str, what: str) -> list[str]:
 
 
 def _letterbox(model: YoloModel) -> Table:
-    """Ultralytics' LetterBox as its predictor runs it on a fixed-size model."""
+    """Ultralytics' LetterBox as its predictor runs it on a fixed-size model (with ``scale_fill``: ``yolo_stretch``)."""
+    resize = yolo_exports.EXPORTS[model.head].resize
     return Table(
         "preprocess",
         [
             Entry("layout", "NCHW"),
             Entry("color_order", "RGB"),
-            Entry("resize", "yolo_letterbox"),
+            Entry("resize", resize),
             Entry("interpolation", "bilinear"),
             Entry("pad_value", YOLO_PAD_VALUE),
             Entry(
@@ -429,7 +443,12 @@ def _letterbox(model: YoloModel) -> Table:
             Entry("instances", 2),
         ],
         [
-            f"Ultralytics' LetterBox as its predictor runs it on a {model.height}x{model.width} model: fit, cv2.resize linear, centred padding of 114."
+            f"Ultralytics' LetterBox as its predictor runs it on a {model.height}x{model.width} model: "
+            + (
+                "the whole photo by cv2.resize linear (scale_fill), no padding."
+                if resize == "yolo_stretch"
+                else "fit, cv2.resize linear, centred padding of 114."
+            )
         ],
     )
 
@@ -453,7 +472,7 @@ def _detection(model: YoloModel, queue: int) -> Table:
             Entry("iou_threshold", IOU_THRESHOLD),
             Entry("max_detections", MAX_DETECTIONS),
             Entry("class_agnostic", False),
-            Entry("clip_to_image", True),
+            Entry("clip_to_image", yolo_exports.EXPORTS[model.head].clip_to_image),
             Entry("cpu_share", 0.5),
             Entry("max_queue_size", queue),
         ],

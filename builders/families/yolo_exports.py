@@ -41,6 +41,13 @@ class YoloExport:
     task: str = "detect"
     nms_in_model: bool = False
     example_parameters: Mapping[str, str] = field(default_factory=dict)
+    # The metadata's ``head`` (Ultralytics' head module) that marks this export; such an export is taken only when the
+    # metadata names it, and no other then.
+    ultralytics_head: str = ""
+    # The preprocess its predictor runs (Ultralytics' LetterBox, or with scale_fill: yolo_stretch) and whether it clips
+    # the boxes to the photo.
+    resize: str = "yolo_letterbox"
+    clip_to_image: bool = True
 
     def fits(self, shapes: Shapes, classes: int | None) -> bool:
         """Whether the model's outputs (per-image dims, batch dim left out) are this head's, for ``classes`` classes
@@ -177,6 +184,19 @@ class EndToEndSegment(EndToEndRows):
         return [(END2END_ROWS, COLUMNS + MASK_COEFFICIENTS), (MASK_COEFFICIENTS, height // PROTO_STRIDE, width // PROTO_STRIDE)]
 
 
+@dataclass(frozen=True)
+class RtDetr(EndToEndRows):
+    """``[K, 6]`` rows of normalized centre, size, score and class: the input size from the metadata's ``imgsz``."""
+
+    def parameters(self, metadata: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        size = _literal(metadata.get("imgsz", ""))
+        if isinstance(size, int):
+            size = [size, size]
+        if not isinstance(size, list | tuple) or len(size) != 2:
+            raise ValueError(f"an RT-DETR model's metadata must give imgsz [height, width], got {metadata.get('imgsz')!r}")
+        return (("input_size", f"{int(size[0])},{int(size[1])}"),)
+
+
 # Head name -> its export, in the order the family tries them.
 EXPORTS: dict[str, YoloExport] = {
     "yolo": AnchorFree("[4+C, A]", "YOLOv5u, v8, 11, 26"),
@@ -198,6 +218,14 @@ EXPORTS: dict[str, YoloExport] = {
         example_parameters={"keypoint_shape": f"{COCO_KEYPOINTS[0]},{COCO_KEYPOINTS[1]}"},
     ),
     "end2end_obb": EndToEndRows("[K, 7]", "YOLO26 obb NMS-free, or nms=True", task="obb", extra_columns=1),
+    "rtdetr": RtDetr(
+        "[K, 6] (normalized cx, cy, w, h)",
+        "RT-DETR",
+        ultralytics_head="RTDETRDecoder",
+        resize="yolo_stretch",
+        clip_to_image=False,
+        example_parameters={"input_size": "640,640"},
+    ),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,8 +77,26 @@ def to_yolo_v5(source: Path, target: Path) -> Path:
     return target
 
 
+RTDETR_SCRIPT = SCRIPT.parent / "ultralytics_rtdetr.py"
+
+
+def rtdetr_exports(log=print) -> Path:
+    """The folder of the tests' untrained RT-DETR's ``static.onnx`` and ``dynamic.onnx`` (``ultralytics_rtdetr.py
+    export``), made once per script and environment lock."""
+    key = hashlib.sha256(f"{sha256_file(RTDETR_SCRIPT)} {sha256_file(build_envs.requirements_file(ENV))}".encode()).hexdigest()[:16]
+    folder = CACHE / f"rtdetr-{key}"
+    if not (folder / "dynamic.onnx").is_file():
+        build_envs.ensure_env(ENV, log)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".rtdetr-", dir=CACHE) as scratch:
+            build_envs.run_in_env(ENV, [str(RTDETR_SCRIPT), "export", "--out", scratch], log)
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.copytree(scratch, folder)
+    return folder
+
+
 def references(
-    models: Mapping[str, Path], images: dict[str, bytes], log=print, task: str = "detect"
+    models: Mapping[str, Path], images: dict[str, bytes], log=print, task: str = "detect", script: Path = SCRIPT
 ) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     """Ultralytics' predictor on each of ``models`` (by the caller's names; full-size letterbox): per model, per image
     name, boxes, scores, classes, and the task's own answers (``ultralytics_yolo.predict``: masks, keypoints, rotated
@@ -88,7 +107,7 @@ def references(
     for label, model in models.items():
         key = hashlib.sha256(
             "\n".join(
-                [task, sha256_file(model), sha256_file(SCRIPT), *(f"{n}:{hashlib.sha256(images[n]).hexdigest()}" for n in names)]
+                [task, sha256_file(model), sha256_file(script), *(f"{n}:{hashlib.sha256(images[n]).hexdigest()}" for n in names)]
             ).encode()
         )
         caches[label] = CACHE / "references" / f"{model.stem}-{key.hexdigest()[:16]}.npz"
@@ -101,7 +120,7 @@ def references(
                 path = Path(scratch) / f"{index:03d}_{name}"
                 path.write_bytes(images[name])
                 paths.append(str(path))
-            arguments = [str(SCRIPT), "predict", "--task", task]
+            arguments = [str(script), "predict", "--task", task]
             for label in missing:
                 height, width = input_size(models[label])
                 arguments += ["--model", str(models[label]), "--imgsz", f"{height},{width}", "--out", str(caches[label])]
@@ -131,14 +150,14 @@ def surer(source: Path, target: Path, odds: float) -> Path:
     ``odds``), in the graph (a ``Mul``, ``Sub``, ``Add`` and ``Div`` after the first output), everything else and the
     metadata kept: a model trained for minutes scores under the predictor's 0.25, and both the pipeline and the
     predictor then read the same file. ``[N, 4 + C + extra, A]``: the C class rows; an end-to-end export's rows
-    ``[N, K, 6 + extra]`` (its metadata's ``end2end``, or ``nms`` in its ``args``): the score column (the rows' order
-    kept: the odds rise with the score)."""
+    ``[N, K, 6 + extra]`` (its metadata's ``end2end``, ``nms`` in its ``args``, or RT-DETR's head): the score column
+    (the rows' order kept: the odds rise with the score)."""
     model = onnx.load(str(source))
     graph = model.graph
     output = graph.output[0]
     raw, renamed = output.name, f"{output.name}_unsure"
     metadata = {prop.key: prop.value for prop in model.metadata_props}
-    rows = metadata.get("end2end") == "True" or "'nms': True" in metadata.get("args", "")
+    rows = metadata.get("end2end") == "True" or "'nms': True" in metadata.get("args", "") or metadata.get("head") == "RTDETRDecoder"
     classes = 1 if rows else len(ast.literal_eval(metadata["names"]))
     for node in graph.node:
         node.output[:] = [renamed if name == raw else name for name in node.output]

@@ -74,6 +74,23 @@ def test_the_original_yolov5_layout_and_end2end(tmp_path):
     assert yolo.inspect(detector(tmp_path / "nms.onnx", "end2end", (120, 160), metadata=nms_export)).head == "end2end"
 
 
+def test_rt_detr_rows_are_told_from_end2end_rows_by_the_metadata(tmp_path):
+    """RT-DETR's [1, 300, 6] has end2end's shape but normalized boxes: its metadata's head (RTDETRDecoder) picks the rtdetr
+    head, its input size from imgsz; without that metadata, Ultralytics rows are never taken for RT-DETR's; a wrong
+    shape under that head is one line naming what is supported."""
+    rtdetr = {**ULTRALYTICS, "imgsz": "[120, 160]", "head": "RTDETRDecoder"}
+    found = yolo.inspect(detector(tmp_path / "rtdetr.onnx", "end2end", (120, 160), metadata=rtdetr))
+    assert (found.head, found.head_parameters) == ("rtdetr", (("input_size", "120,160"),))
+    spec = yolo.spec_text("mine", found, "rtdetr.onnx", "0" * 64, ["stable_io_names"], 1)
+    assert 'resize = "yolo_stretch"' in spec and "clip_to_image = false" in spec
+    end2end = {**ULTRALYTICS, "imgsz": "[120, 160]", "end2end": "True"}
+    assert yolo.inspect(detector(tmp_path / "e2e.onnx", "end2end", (120, 160), metadata=end2end)).head == "end2end"
+    with pytest.raises(
+        yolo.UnsupportedModel, match=r"but its metadata's head is RTDETRDecoder; supported: rtdetr \[N, K, 6\] \(normalized"
+    ):
+        yolo.inspect(detector(tmp_path / "raw.onnx", "yolo", (64, 96), metadata={**rtdetr, "imgsz": "[64, 96]"}))
+
+
 DYNAMIC = {"batch": "batch", "input_dims": ["batch", 3, "height", "width"], "output_dims": ["batch", "Concatoutput0_dim_1", "anchors"]}
 
 

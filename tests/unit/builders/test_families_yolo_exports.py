@@ -12,7 +12,7 @@ from vision_serving.tasks.detection_heads import registry
 
 def test_every_export_is_a_registered_head_and_states_its_facts():
     assert set(EXPORTS) <= set(registry.HEADS) and "mediapipe_ssd" not in EXPORTS
-    assert yolo_exports.heads("detect") == ["yolo", "yolo_v5", "end2end"]
+    assert yolo_exports.heads("detect") == ["yolo", "yolo_v5", "end2end", "rtdetr"]
     assert yolo_exports.tasks() == ["detect", "obb", "pose", "segment"]
     assert [yolo_exports.heads(task) for task in ("pose", "obb", "segment")] == [
         ["yolo_pose", "end2end_pose"],
@@ -26,7 +26,9 @@ def test_every_export_is_a_registered_head_and_states_its_facts():
         "end2end_segment",
         "end2end_pose",
         "end2end_obb",
+        "rtdetr",
     ]
+    assert [name for name, export in EXPORTS.items() if export.ultralytics_head] == ["rtdetr"]
     assert yolo_exports.formats("obb") == (
         "yolo_obb [N, 4+C+1, A] (YOLOv8, 11, 26 obb), end2end_obb [N, K, 7] (YOLO26 obb NMS-free, or nms=True)"
     )
@@ -44,14 +46,19 @@ def test_each_head_fits_its_own_outputs_and_no_other_of_its_task(size):
         "end2end_segment": [(300, 38), (32, 160, 160)],
         "end2end_pose": [(300, 57)],
         "end2end_obb": [(300, 7)],
+        "rtdetr": [(300, 6)],
     }
     for name, export in EXPORTS.items():
         classes = 80 if export.task == "detect" else 1
         shapes = export.example_shapes(classes, *size)
         if size == (640, 640):
             assert shapes == expected[name]
-        # The family tells end-to-end rows from raw heads by the metadata (end2end, nms): among each kind, the shape decides.
-        alike = [other for other in yolo_exports.heads(export.task) if EXPORTS[other].nms_in_model == export.nms_in_model]
+        # The family tells end-to-end rows from raw heads by the metadata (end2end, nms; RT-DETR's by its head module):
+        # among each kind, the shape decides.
+        kind = (export.nms_in_model, export.ultralytics_head)
+        alike = [
+            other for other in yolo_exports.heads(export.task) if (EXPORTS[other].nms_in_model, EXPORTS[other].ultralytics_head) == kind
+        ]
         assert [other for other in alike if EXPORTS[other].fits(shapes, classes)] == [name]
         assert not export.fits([(*shapes[0], 1)], classes) and not export.fits([shapes[0], shapes[0]], classes)
 
@@ -59,8 +66,8 @@ def test_each_head_fits_its_own_outputs_and_no_other_of_its_task(size):
 def test_without_a_class_count_the_shape_alone_decides():
     assert EXPORTS["yolo"].fits([(84, 8400)], None) and not EXPORTS["yolo"].fits([(8400, 84)], None)
     assert EXPORTS["yolo_v5"].fits([(8400, 85)], None) and not EXPORTS["yolo_v5"].fits([(85, 8400)], None)
-    # [K, 6] with no names: end2end or a one-class YOLOv5 (the family asks for --head).
-    assert [name for name in yolo_exports.heads("detect") if EXPORTS[name].fits([(300, 6)], None)] == ["yolo_v5", "end2end"]
+    # [K, 6] with no names: end2end or a one-class YOLOv5 (the family asks for --head); RT-DETR's only where its metadata says.
+    assert [name for name in yolo_exports.heads("detect") if EXPORTS[name].fits([(300, 6)], None)] == ["yolo_v5", "end2end", "rtdetr"]
     assert not EXPORTS["yolo_pose"].fits([(56, 8400)], None)  # a pose export's metadata names its classes
 
 
@@ -103,3 +110,12 @@ def test_the_end_to_end_rows_of_each_task():
     assert pose.fits([(300, 6 + 17 * 3)], 1) and pose.fits([(100, 6 + 5 * 2)], None) and not pose.fits([(300, 6)], 1)
     assert obb.fits([(300, 7)], 15) and not obb.fits([(300, 6)], 15) and not obb.fits([(7, 300)], 15)
     assert pose.parameters({"kpt_shape": "[5, 3]"}) == (("keypoint_shape", "5,3"),)
+
+
+def test_an_rt_detr_export_gives_its_input_size_from_imgsz():
+    rtdetr = EXPORTS["rtdetr"]
+    assert rtdetr.parameters({"imgsz": "[640, 480]"}) == (("input_size", "640,480"),)
+    assert rtdetr.parameters({"imgsz": "320"}) == (("input_size", "320,320"),)
+    assert (rtdetr.resize, rtdetr.clip_to_image) == ("yolo_stretch", False)
+    with pytest.raises(ValueError, match="an RT-DETR model's metadata must give imgsz"):
+        rtdetr.parameters({})

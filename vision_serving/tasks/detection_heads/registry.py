@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import end2end, end2end_obb, end2end_pose, end2end_segment, mediapipe_ssd, yolo, yolo_obb, yolo_pose, yolo_segment, yolo_v5
+from . import end2end, end2end_obb, end2end_pose, end2end_segment, mediapipe_ssd, rtdetr, yolo, yolo_obb, yolo_pose, yolo_segment, yolo_v5
 from .base import Head
 
 HEADS: dict[str, type[Head]] = {
@@ -18,6 +18,7 @@ HEADS: dict[str, type[Head]] = {
         end2end_segment.HEAD,
         end2end_pose.HEAD,
         end2end_obb.HEAD,
+        rtdetr.HEAD,
     )
 }
 

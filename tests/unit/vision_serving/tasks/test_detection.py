@@ -239,8 +239,8 @@ def test_the_face_detectors_config_is_the_mediapipe_head():
     [
         (
             {"head": "ssd_v9"},
-            "head 'ssd_v9' is not one of end2end, end2end_obb, end2end_pose, end2end_segment, mediapipe_ssd, yolo, yolo_obb, "
-            "yolo_pose, yolo_segment, yolo_v5",
+            "head 'ssd_v9' is not one of end2end, end2end_obb, end2end_pose, end2end_segment, mediapipe_ssd, rtdetr, yolo, "
+            "yolo_obb, yolo_pose, yolo_segment, yolo_v5",
         ),
         ({"score_threshold": "1.5"}, r"score_threshold must be in \[0, 1\]"),
         ({"max_detections": "0"}, "max_detections must be positive"),
@@ -369,6 +369,6 @@ def test_every_head_is_registered():
     from vision_serving.tasks.detection_heads.registry import HEADS
 
     assert sorted(HEADS) == [
-        "end2end", "end2end_obb", "end2end_pose", "end2end_segment", "mediapipe_ssd", "yolo", "yolo_obb", "yolo_pose", "yolo_segment",
-        "yolo_v5",
+        "end2end", "end2end_obb", "end2end_pose", "end2end_segment", "mediapipe_ssd", "rtdetr", "yolo", "yolo_obb", "yolo_pose",
+        "yolo_segment", "yolo_v5",
     ]  # fmt: skip

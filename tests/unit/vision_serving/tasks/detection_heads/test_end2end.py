@@ -107,3 +107,17 @@ def test_each_end_to_end_head_refuses_rows_of_another_task():
     segment.bind(rows_config(("RAW", (300, 22)), ("P", (16, 8, 8))), {"detections": "RAW", "protos": "P"})
     assert segment.num_classes is None and segment.check(32, 32) == [] and segment.check(64, 64)
     assert COLUMNS == 6 and registry.head_class("end2end_obb")({}).extra_rows({}) == 1
+
+
+def test_rtdetr_rows_are_normalized_centres_and_sizes_of_the_input():
+    """RT-DETR's rows: cx, cy, w, h normalized to the model input, then score and class; kept as end2end keeps rows, the
+    boxes in model-input pixels; the preprocess must give the input size the config names."""
+    head = registry.head_class("rtdetr").from_parameters({"input_size": "128,256"})
+    rows = np.zeros((1, 4, 6), np.float32)
+    rows[0, :3] = [[0.5, 0.5, 0.5, 0.25, 0.9, 2], [0.25, 0.75, 0.1, 0.1, 0.2, 1], [0.1, 0.2, 0.2, 0.2, 0.6, 0]]
+    found = head.detect({"detections": rows}, NmsSettings(np.array([0.25], np.float32), np.array([0.7], np.float32), 300))
+    assert found.counts.tolist() == [2] and found.class_ids[0].tolist() == [2, 0]
+    np.testing.assert_allclose(found.boxes[0], [[64, 48, 192, 80], [0, 12.8, 51.2, 38.4]], rtol=1e-6)
+    assert head.check(128, 256) == [] and head.check(256, 256) == ["head rtdetr: input_size is 128,256, but the preprocess gives 256x256"]
+    with pytest.raises(ValueError, match="head rtdetr: missing parameter"):
+        registry.head_class("rtdetr").from_parameters({})
