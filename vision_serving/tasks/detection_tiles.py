@@ -10,7 +10,8 @@ a photo of that view (the head's detection, its answers mapped to the view's pix
 :attr:`~vision_serving.tasks.detection_heads.base.Head.clips_to_tile`). Then, per photo (:func:`merge_photos`):
 
 - not tiled (``enabled`` false): its one view's answer, which is the untiled pipeline's;
-- tiled: every view's detections moved by the view's origin into the photo's pixels (keypoints, and what the head
+- tiled: every view's detections moved by the view's origin into the photo's pixels, their boxes clipped to it as SAHI
+  clips a shifted prediction's (keypoints, and what the head
   adds: :meth:`~vision_serving.tasks.detection_heads.base.Head.shift_extras`), those whose box holds no area dropped
   (as SAHI ignores them), merged (:func:`vision_serving.tile_merge.merge`: what each carries merges with its box:
   keypoints the keeper's, the head's answers as it says, :meth:`~.detection_heads.base.Head.merged_extras`), clipped to
@@ -166,10 +167,18 @@ def _rows(answers: Answers, views: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _merged_photo(found: dict[str, Any], origins: np.ndarray, settings: tiling.Tiling, head: Head) -> dict[str, Any]:
-    """One tiled photo's detections (:func:`_rows`) moved into its pixels by their views' ``origins`` and merged."""
+def _merged_photo(
+    found: dict[str, Any], origins: np.ndarray, settings: tiling.Tiling, head: Head, size: tuple[float, float]
+) -> dict[str, Any]:
+    """One tiled photo's detections (:func:`_rows`) moved into its pixels by their views' ``origins``, their boxes clipped
+    to the photo (``size``: height, width), and merged. The clip is SAHI's: a shifted prediction's box is the bounds of
+    its shifted polygon within the photo (``ObjectAnnotation``), which its merge compares. A no-op for heads whose boxes
+    are clipped to their view; an oriented box's bounds follow its corners past the view's edge, and past the photo's
+    they would change what merges."""
     offsets = origins[found["view"]].astype(np.float32)
     boxes = (found["boxes"] + np.concatenate([offsets, offsets], axis=1)).astype(np.float32)
+    boxes[:, 0::2] = np.clip(boxes[:, 0::2], 0, size[1])
+    boxes[:, 1::2] = np.clip(boxes[:, 1::2], 0, size[0])
     keypoints = found["keypoints"]
     if keypoints is not None:
         keypoints = keypoints.copy()
@@ -222,10 +231,12 @@ def merge_photos(answers: Answers, batch: Mapping[str, np.ndarray], head: Head, 
     counts = np.asarray(batch["tile_counts"])
     starts = np.concatenate([[0], np.cumsum(counts)])
     origins = np.asarray(batch["tile_boxes"])[:, :2]
+    sizes = np.asarray(batch["image_size"], np.float32).reshape(-1, 2)
     photos = []
     for index, settings in enumerate(batch["tilings"]):
         found = _rows(answers, np.arange(starts[index], starts[index + 1]))
-        photos.append(_merged_photo(found, origins, settings, head) if settings.enabled else found)
+        size = (float(sizes[index, 0]), float(sizes[index, 1]))
+        photos.append(_merged_photo(found, origins, settings, head, size) if settings.enabled else found)
     out = _padded(photos, answers, max_detections)
     if clip:
         sizes = np.asarray(batch["image_size"], np.float32)

@@ -76,3 +76,15 @@ def test_oriented_boxes_move_with_their_tiles_merge_by_nms_and_keep_their_corner
     np.testing.assert_allclose(out.boxes[0], [[85, 10, 99, 30], [140, 60, 180, 90]])  # NMS keeps the best as it is
     np.testing.assert_allclose(out.extras["rotated_boxes"][0, :, :2], [[92, 20], [165, 75]])  # centres in the photo
     assert out.extras["corners"][0, 1, :, 0].max() == 190  # a rotated box is kept whole past the photo's edge
+
+
+def test_boxes_merge_as_clipped_to_the_photo_as_sahi_merges_them():
+    """An oriented box's bounds follow its corners past the photo's edge; SAHI merges the shifted predictions' boxes,
+    which are clipped to the photo. Two bars at the photo's left edge: clipped, the smaller's intersection over it is
+    above 0.5 and NMS by IoS keeps one; unclipped (reaching x = -40) it would be below and both would stay."""
+    views = [[(0, 0, 100, 150), (0, 0, 100, 150)]]
+    found = answers([[(-40, 75, 51, 134, 0.51, 0)], [(-10, 37, 50, 110, 0.43, 0)]], extras=True)
+    settings = [tiling.Tiling(merge="nms", match="ios", merge_threshold=0.5)]
+    out = detection_tiles.merge_photos(found, batch(views, [(150, 100)], settings), YoloObbHead({}), 300, clip=True)
+    assert out.counts.tolist() == [1] and out.scores[0].tolist() == [np.float32(0.51)]
+    np.testing.assert_allclose(out.boxes[0], [[0, 75, 51, 134]])
