@@ -103,7 +103,7 @@ def _is_qdq(path: Path) -> bool:
 def served_result(server_url: str, pipeline: LoadedPipeline, samples: Sequence[calibration.Sample]) -> TaskResult:
     """The pipeline's ensemble on a running server (gRPC) answering ``samples``, as a result the task's gate compares."""
     import tritonclient.grpc as grpcclient
-    from tritonclient.utils import InferenceServerException
+    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
     configs = pipeline.configs
     post = configs.postprocessor()
@@ -126,9 +126,7 @@ def served_result(server_url: str, pipeline: LoadedPipeline, samples: Sequence[c
         image.set_data_from_numpy(np.array([sample.data for sample in part], dtype=np.object_).reshape(-1, 1))
         inputs = [image]
         for name, value in extra.items():
-            tensor = grpcclient.InferInput(
-                name, list(value[start : start + len(part)].shape), "INT32" if value.dtype == np.int32 else "FP32"
-            )
+            tensor = grpcclient.InferInput(name, list(value[start : start + len(part)].shape), np_to_triton_dtype(value.dtype))
             tensor.set_data_from_numpy(value[start : start + len(part)])
             inputs.append(tensor)
         try:

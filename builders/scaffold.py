@@ -23,7 +23,7 @@ from pathlib import Path
 
 from builders import BuildError, Log, spec, stderr_logger
 from builders.configs import generate
-from builders.families import yolo, yolo_classify
+from builders.families import yolo, yolo_classify, yolo_depth, yolo_exports
 from vision_serving import layout
 
 log_to_stderr = stderr_logger("new-pipeline")
@@ -34,15 +34,27 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 def _ultralytics(
     name: str, target: Path, model: Path, labels: Path | None, head: str | None, imgsz: str | None, tiled: bool, log: Log
 ) -> None:
-    """An Ultralytics export: a classify model becomes a classification pipeline, the tasks of the detection heads a
-    detection pipeline (tiled where ``tiled``: docs/tiling.md)."""
+    """An Ultralytics export, by the task its metadata names: a classify model becomes a classification pipeline, a
+    depth model a depth pipeline, the tasks of the detection heads a detection pipeline (tiled where ``tiled``:
+    docs/tiling.md); any other task is refused, naming the tasks served."""
     size = yolo.parse_imgsz(imgsz)
-    if yolo_classify.is_classify(model):
+    task = yolo_classify.metadata(model).get("task", "detect") if model.is_file() else "detect"
+    if task in ULTRALYTICS_TASKS:
         if tiled:
-            raise BuildError(f"--tiling: {model.name} is a classify model; tiling is for the detection heads")
-        yolo_classify.scaffold(name, target, model, labels, head, size, log)
-    else:
+            raise BuildError(f"--tiling: {model.name} is an Ultralytics {task} model; tiling is for the detection heads")
+        ULTRALYTICS_TASKS[task](name, target, model, labels, head, size, log)
+    elif task in yolo_exports.tasks():
         yolo.scaffold(name, target, model, labels, head, size, log, tiled)
+    else:
+        served = ", ".join(sorted([*ULTRALYTICS_TASKS, *yolo_exports.tasks()]))
+        raise yolo.UnsupportedModel(f"{model.name} is an Ultralytics '{task}' model; supported: {served}")
+
+
+# The Ultralytics tasks served by a family of their own (the detection heads' tasks: builders.families.yolo).
+ULTRALYTICS_TASKS: dict[str, Callable[[str, Path, Path, Path | None, str | None, tuple[int, int] | None, Log], None]] = {
+    yolo_classify.TASK: yolo_classify.scaffold,
+    yolo_depth.TASK: yolo_depth.scaffold,
+}
 
 
 FAMILIES: dict[str, Callable[[str, Path, Path, Path | None, str | None, str | None, bool, Log], None]] = {"yolo": _ultralytics}

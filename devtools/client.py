@@ -342,6 +342,7 @@ class TritonConnection:
 _DATATYPES = {
     np.int32: model_config.model_config_pb2.TYPE_INT32,
     np.float32: model_config.model_config_pb2.TYPE_FP32,
+    np.bool_: model_config.model_config_pb2.TYPE_BOOL,
     np.object_: model_config.model_config_pb2.TYPE_STRING,  # BYTES: a tiled pipeline's TILING
 }
 

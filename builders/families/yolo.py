@@ -183,8 +183,20 @@ def _exported_with_nms(metadata: dict[str, str]) -> bool:
     return isinstance(args, dict) and args.get("nms") is True
 
 
-def inspect(path: Path, labels: Path | None = None, head: str | None = None, imgsz: tuple[int, int] | None = None) -> YoloModel:
-    """What ``path`` is, or ``UnsupportedModel`` in one line."""
+@dataclass(frozen=True)
+class Export:
+    """An ONNX export of one image input, loaded without its external data: what every family reads first."""
+
+    model: Any  # the onnx.ModelProto
+    metadata: dict[str, str]
+    source: Any  # its image input (an onnx.ValueInfoProto)
+    in_shape: tuple[int | str, ...]  # [N, 3, H, W], dims symbolic where the export left them so
+    outputs: list[Any]
+
+
+def load_export(path: Path, tasks: Sequence[str] = ()) -> Export:
+    """The export ``path`` with one float32 ``[N, 3, H, W]`` image input, or ``UnsupportedModel`` in one line (where
+    ``tasks`` are given, a file whose metadata's ``task``, detect where it has none, is not one of them too)."""
     import onnx
 
     if not path.is_file():
@@ -195,12 +207,10 @@ def inspect(path: Path, labels: Path | None = None, head: str | None = None, img
         raise UnsupportedModel(f"{path}: not an ONNX model ({type(error).__name__})") from None
     metadata = {prop.key: prop.value for prop in model.metadata_props}
     task = metadata.get("task", "detect")
-    if task not in yolo_exports.tasks():
-        tasks = ", ".join(f"'{name}'" for name in yolo_exports.tasks())
-        raise UnsupportedModel(f"{path.name} is an Ultralytics '{task}' model; supported: {tasks} models")
+    if tasks and task not in tasks:
+        raise UnsupportedModel(f"{path.name} is an Ultralytics '{task}' model; supported: {', '.join(repr(name) for name in tasks)} models")
     initializers = {item.name for item in model.graph.initializer}
     inputs = [item for item in model.graph.input if item.name not in initializers]
-    outputs = list(model.graph.output)
     if len(inputs) != 1:
         raise UnsupportedModel(f"{path.name} has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}); supported: one image input")
     source = inputs[0]
@@ -210,6 +220,14 @@ def inspect(path: Path, labels: Path | None = None, head: str | None = None, img
         raise UnsupportedModel(
             f"{path.name}: input '{source.name}' is {in_type} {list(in_shape)}; supported: a float32 [N, 3, H, W] image (NCHW)"
         )
+    return Export(model, metadata, source, in_shape, list(model.graph.output))
+
+
+def inspect(path: Path, labels: Path | None = None, head: str | None = None, imgsz: tuple[int, int] | None = None) -> YoloModel:
+    """What ``path`` is, or ``UnsupportedModel`` in one line."""
+    export = load_export(path, yolo_exports.tasks())
+    model, metadata, source, in_shape, outputs = export.model, export.metadata, export.source, export.in_shape, export.outputs
+    task = metadata.get("task", "detect")
     for output in outputs:
         out_type = _dtype_name(output.type.tensor_type.elem_type)
         if out_type != "float32":
@@ -538,9 +556,9 @@ def spec_text(name: str, model: YoloModel, source_name: str, sha256: str, passes
     return spec_writer.render(header(name, source_name, f"{model.head} head"), tables)
 
 
-def folder_files(name: str, spec: str, labels: Sequence[str]) -> dict[str, str]:
-    """A family's pipeline folder, by path in the folder: its spec, its labels beside the postprocess and every file
-    generated from the spec (:mod:`builders.configs.generate`)."""
+def folder_files(name: str, spec: str, labels: Sequence[str] | None) -> dict[str, str]:
+    """A family's pipeline folder, by path in the folder: its spec, its labels beside the postprocess (None: a model
+    without classes) and every file generated from the spec (:mod:`builders.configs.generate`)."""
     from builders import spec as specs
     from builders.configs import generate
 
@@ -548,7 +566,7 @@ def folder_files(name: str, spec: str, labels: Sequence[str]) -> dict[str, str]:
     generated = generate.files(specs.from_text(spec, pipeline))
     return {
         layout.RECIPE_FILENAME: spec,
-        f"{name}_postprocess/{LABELS_FILE}": "".join(f"{label}\n" for label in labels),
+        **({f"{name}_postprocess/{LABELS_FILE}": "".join(f"{label}\n" for label in labels)} if labels is not None else {}),
         **{str(path.relative_to(pipeline.repository)): text for path, text in generated.items()},
     }
 

@@ -136,29 +136,8 @@ def _producer(model: Any, tensor: str) -> str:
 
 def inspect(path: Path, labels: Path | None = None, imgsz: tuple[int, int] | None = None) -> ClassifyModel:
     """What the classify export ``path`` is, or ``UnsupportedModel`` in one line."""
-    import onnx
-
-    if not path.is_file():
-        raise BuildError(f"--model {path}: no such file")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as error:  # protobuf's DecodeError and friends
-        raise yolo.UnsupportedModel(f"{path}: not an ONNX model ({type(error).__name__})") from None
-    found = {prop.key: prop.value for prop in model.metadata_props}
-    initializers = {item.name for item in model.graph.initializer}
-    inputs = [item for item in model.graph.input if item.name not in initializers]
-    outputs = list(model.graph.output)
-    if len(inputs) != 1:
-        raise yolo.UnsupportedModel(
-            f"{path.name} has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}); supported: one image input"
-        )
-    source = inputs[0]
-    in_shape = yolo._dims(source)
-    in_type = yolo._dtype_name(source.type.tensor_type.elem_type)
-    if in_type != "float32" or len(in_shape) != 4 or in_shape[1] != 3:
-        raise yolo.UnsupportedModel(
-            f"{path.name}: input '{source.name}' is {in_type} {list(in_shape)}; supported: a float32 [N, 3, H, W] image (NCHW)"
-        )
+    export = yolo.load_export(path)
+    model, found, source, in_shape, outputs = export.model, export.metadata, export.source, export.in_shape, export.outputs
     if len(outputs) != 1:
         raise yolo.UnsupportedModel(
             f"{path.name} is a classify model with {len(outputs)} outputs ({', '.join(o.name for o in outputs)}); supported: {SUPPORTED}"

@@ -1,11 +1,14 @@
 // The gateway's page: pick a pipeline, drop a photo, see the answer drawn over it and its JSON beside it.
 // Plain JavaScript, no build step, nothing loaded from elsewhere. What it drew is kept in window.drawing
-// (boxes, polygons, keypoints, masks, classes, in the photo's pixels) and body[data-state] says where it is
+// (boxes, polygons, keypoints, masks, a depth map, classes, in the photo's pixels) and body[data-state] says where it is
 // (loading, ready, sending, drawn, error): the browser test reads both.
 "use strict";
 
 const COLORS = { box: "#00dc00", rotated: "#ff8c00", line: "#ffc800", keypoint: "#ff4040", mask: [255, 64, 160] };
 const MASK_OPACITY = 0.45;
+const DEPTH_OPACITY = 0.6;
+// Options the page sets itself, for what it draws: a depth map's float32 values (its 16-bit PNG reaches a canvas as 8 bits).
+const PAGE_OPTIONS = { float_depth: "true" };
 const $ = (id) => document.getElementById(id);
 let pipelines = [];
 let photo = null; // the File being shown
@@ -36,13 +39,20 @@ function showOptions() {
   const pipeline = current();
   const fields = [];
   for (const [name, schema] of Object.entries(pipeline ? pipeline.options : {})) {
+    if (name in PAGE_OPTIONS) continue;
     const input = document.createElement("input");
-    input.type = "number";
     input.name = name;
-    input.step = schema.type === "integer" ? "1" : "0.05";
-    if (schema.minimum !== undefined) input.min = schema.minimum;
-    if (schema.maximum !== undefined) input.max = schema.maximum;
-    input.placeholder = schema.default !== undefined ? `default ${schema.default}` : "the model's default";
+    if (schema.type === "boolean") {
+      input.type = "checkbox";
+      input.value = "true";
+      input.checked = schema.default === true;
+    } else {
+      input.type = "number";
+      input.step = schema.type === "integer" ? "1" : "0.05";
+      if (schema.minimum !== undefined) input.min = schema.minimum;
+      if (schema.maximum !== undefined) input.max = schema.maximum;
+      input.placeholder = schema.default !== undefined ? `default ${schema.default}` : "the model's default";
+    }
     const label = document.createElement("label");
     label.append(name, input);
     fields.push(label);
@@ -56,9 +66,11 @@ async function send() {
   const form = new FormData();
   form.append("image", photo);
   for (const input of $("options").querySelectorAll("input")) {
-    if (input.value !== "") form.append(input.name, input.value);
+    if (input.type === "checkbox") form.append(input.name, input.checked ? "true" : "false");
+    else if (input.value !== "") form.append(input.name, input.value);
   }
   if (pipeline.choices.mask_format) form.append("mask_format", "png");
+  for (const [name, value] of Object.entries(PAGE_OPTIONS)) if (name in pipeline.options) form.append(name, value);
   const headers = {};
   const key = $("api-key").value.trim();
   if (key) headers["X-API-Key"] = key;
@@ -81,6 +93,7 @@ function summary(answer) {
   if (answer.lines) return plural(answer.lines.length, "line");
   if (answer.classes) return `${answer.classes[0] ? answer.classes[0].label : "no class"} first`;
   if (answer.mask) return `the mask covers ${(100 * answer.coverage).toFixed(1)}%`;
+  if (answer.depth) return `depth ${answer.depth.range[0].toFixed(2)} to ${answer.depth.range[1].toFixed(2)}`;
   return "answered";
 }
 
@@ -106,7 +119,7 @@ async function drawPhoto() {
   canvas.height = shown.naturalHeight;
   canvas.getContext("2d").drawImage(shown, 0, 0);
   $("classes").replaceChildren();
-  window.drawing = { width: canvas.width, height: canvas.height, boxes: [], polygons: [], keypoints: 0, masks: 0, classes: [] };
+  window.drawing = { width: canvas.width, height: canvas.height, boxes: [], polygons: [], keypoints: 0, masks: 0, depth: null, classes: [] };
 }
 
 async function draw(answer) {
@@ -114,6 +127,7 @@ async function draw(answer) {
   const context = $("canvas").getContext("2d");
   const width = Math.max(2, Math.round(Math.max(context.canvas.width, context.canvas.height) / 300));
   if (answer.mask) await drawMask(context, answer.mask, [0, 0]);
+  if (answer.depth) await drawDepth(context, answer.depth);
   for (const detection of answer.detections || []) await drawDetection(context, detection, width);
   (answer.lines || []).forEach((line, index) => drawPolygon(context, line.corners, COLORS.line, width, String(index + 1)));
   if (answer.classes) showClasses(answer.classes);
@@ -180,6 +194,46 @@ async function drawMask(context, mask, [left, top]) {
   paint.putImageData(pixels, 0, 0);
   context.drawImage(layer, left, top);
   window.drawing.masks += 1;
+}
+
+// A depth map over the photo: near red through green to far blue, from its float32 values (else its PNG's 8 bits).
+async function drawDepth(context, depth) {
+  const layer = document.createElement("canvas");
+  layer.width = depth.width;
+  layer.height = depth.height;
+  const paint = layer.getContext("2d");
+  let values;
+  if (depth.float32) {
+    const bytes = Uint8Array.from(atob(depth.float32), (c) => c.charCodeAt(0));
+    values = new Float32Array(bytes.buffer);
+  } else {
+    paint.drawImage(await loadImage(`data:image/png;base64,${depth.png}`), 0, 0);
+    const gray = paint.getImageData(0, 0, layer.width, layer.height).data;
+    values = Float32Array.from({ length: layer.width * layer.height }, (_, i) => gray[4 * i]);
+  }
+  let low = Infinity;
+  let high = -Infinity;
+  for (const value of values) {
+    low = Math.min(low, value);
+    high = Math.max(high, value);
+  }
+  const pixels = paint.createImageData(layer.width, layer.height);
+  for (let i = 0; i < values.length; i += 1) {
+    const far = high > low ? (values[i] - low) / (high - low) : 0;
+    const [r, g, b] = hue(240 * far);
+    pixels.data.set([r, g, b, Math.round(DEPTH_OPACITY * 255)], 4 * i);
+  }
+  paint.putImageData(pixels, 0, 0);
+  context.drawImage(layer, 0, 0);
+  window.drawing.depth = { width: layer.width, height: layer.height, low, high };
+}
+
+function hue(degrees) {
+  const channel = (n) => {
+    const k = (n + degrees / 60) % 6;
+    return Math.round(255 * (1 - Math.max(0, Math.min(k, 4 - k, 1))));
+  };
+  return [channel(5), channel(3), channel(1)];
 }
 
 function showClasses(classes) {

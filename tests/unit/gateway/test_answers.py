@@ -14,8 +14,10 @@ import pytest
 
 from gateway import answers, openapi
 from gateway.answers import masks
+from gateway.catalog import Option
 from gateway.service import form_of
 from tests.unit.gateway.local import shipped
+from vision_serving.tasks import depth
 
 PIPELINES = shipped()
 
@@ -120,9 +122,44 @@ def test_detections_with_scored_keypoints_masks_and_oriented_boxes():
     assert np.array_equal(masks.decode_rle(fields["detections"][0]["mask"]["rle"]).astype(bool), instance)
 
 
+def test_depth_as_png_with_its_scale_and_float32_when_asked():
+    roles = {"depth_png": (1,), "depth_scale": (1,), "depth_range": (2,), "depth_float32": (1,)}
+    pipeline = dataclasses.replace(
+        PIPELINES["person_segmenter"],
+        task="depth",
+        outputs={role: role.upper() for role in roles},
+        output_dims=roles,
+        options={"float_depth": Option("float_depth", "FLOAT_DEPTH", "BOOL")},
+    )
+    assert form_of(pipeline).options["float_depth"] == {
+        "type": "boolean",
+        "default": False,
+        "description": "also answer the float32 depth map",
+    }
+    values = np.array([[1.5, 2.0, 2.5], [3.0, 3.5, 9.0]], np.float32)
+    outputs = {
+        "depth_png": np.array([depth.encode_png(depth.png_values(values, 1000))], dtype=object),
+        "depth_scale": np.array([1000], np.float32),
+        "depth_range": np.array([1.5, 9.0], np.float32),
+        "depth_float32": np.array([b""], dtype=object),
+    }
+    shaper = answers.answer_for("depth")
+    fields = shaper.shape(pipeline, outputs, {})
+    validate(pipeline, fields)
+    assert {key: fields["depth"][key] for key in ("width", "height", "scale", "range")} == {
+        "width": 3, "height": 2, "scale": 1000.0, "range": [1.5, 9.0]
+    }  # fmt: skip
+    assert "float32" not in fields["depth"]
+    np.testing.assert_allclose(depth.decode_png(base64.b64decode(fields["depth"]["png"]), 1000), values)
+    outputs["depth_float32"] = np.array([values.astype("<f4").tobytes()], dtype=object)
+    fields = shaper.shape(pipeline, outputs, {})
+    validate(pipeline, fields)
+    assert np.array_equal(depth.decode_float32(base64.b64decode(fields["depth"]["float32"]), 2, 3), values)
+
+
 def test_a_task_without_a_module_gets_every_output_by_role():
-    pipeline = dataclasses.replace(PIPELINES["image_classifier"], task="depth_estimation")
-    shaper = answers.answer_for("depth_estimation")
+    pipeline = dataclasses.replace(PIPELINES["image_classifier"], task="optical_flow")
+    shaper = answers.answer_for("optical_flow")
     assert shaper is answers.GENERIC and answers.answer_for("not a name") is answers.GENERIC
     outputs = {
         "labels": np.array([b"a", b"\xff"], dtype=object),

@@ -192,7 +192,7 @@ def test_a_pipeline_must_be_chosen(tmp_path, capsys):
 @pytest.mark.parametrize(
     "old, new, message",
     [
-        ('task = "classification"', 'task = "captioning"', "task 'captioning' is not one of classification, detection"),
+        ('task = "classification"', 'task = "captioning"', "task 'captioning' is not one of classification, "),
         ('task = "classification"\n', "", "task is missing"),
         ('datatype = "UINT8"', 'datatype = "UINT9"', r"\[core\]: inputs: tensor 'images': datatype 'UINT9' is not one of"),
         ("dims = [3, 224, 224]", "dims = [3, 0, 224]", r"tensor 'images': dims must be a list of sizes \(-1: any\)"),
