@@ -23,7 +23,7 @@ from pathlib import Path
 
 from builders import BuildError, Log, spec, stderr_logger
 from builders.configs import generate
-from builders.families import yolo, yolo_classify, yolo_depth, yolo_exports
+from builders.families import yolo, yolo_classify, yolo_depth, yolo_exports, yolo_semantic
 from vision_serving import layout
 
 log_to_stderr = stderr_logger("new-pipeline")
@@ -35,7 +35,7 @@ def _ultralytics(
     name: str, target: Path, model: Path, labels: Path | None, head: str | None, imgsz: str | None, tiled: bool, log: Log
 ) -> None:
     """An Ultralytics export, by the task its metadata names: a classify model becomes a classification pipeline, a
-    depth model a depth pipeline, the tasks of the detection heads a detection pipeline (tiled where ``tiled``:
+    depth model a depth pipeline, a semantic model a semantic segmentation pipeline, the tasks of the detection heads a detection pipeline (tiled where ``tiled``:
     docs/tiling.md); any other task is refused, naming the tasks served."""
     size = yolo.parse_imgsz(imgsz)
     task = yolo_classify.metadata(model).get("task", "detect") if model.is_file() else "detect"
@@ -54,6 +54,7 @@ def _ultralytics(
 ULTRALYTICS_TASKS: dict[str, Callable[[str, Path, Path, Path | None, str | None, tuple[int, int] | None, Log], None]] = {
     yolo_classify.TASK: yolo_classify.scaffold,
     yolo_depth.TASK: yolo_depth.scaffold,
+    yolo_semantic.TASK: yolo_semantic.scaffold,
 }
 
 

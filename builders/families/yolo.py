@@ -442,7 +442,12 @@ def header(name: str, source_name: str, what: str) -> list[str]:
 
 def _letterbox(model: YoloModel) -> Table:
     """Ultralytics' LetterBox as its predictor runs it on a fixed-size model (with ``scale_fill``: ``yolo_stretch``)."""
-    resize = yolo_exports.EXPORTS[model.head].resize
+    return letterbox_table(model.height, model.width, yolo_exports.EXPORTS[model.head].resize)
+
+
+def letterbox_table(height: int, width: int, resize: str) -> Table:
+    """The ``[preprocess]`` of Ultralytics' LetterBox as its predictor runs it on a ``height`` x ``width`` model:
+    ``yolo_letterbox`` (fit, centred padding of 114) or, with ``scale_fill``, ``yolo_stretch``."""
     return Table(
         "preprocess",
         [
@@ -461,7 +466,7 @@ def _letterbox(model: YoloModel) -> Table:
             Entry("instances", 2),
         ],
         [
-            f"Ultralytics' LetterBox as its predictor runs it on a {model.height}x{model.width} model: "
+            f"Ultralytics' LetterBox as its predictor runs it on a {height}x{width} model: "
             + (
                 "the whole photo by cv2.resize linear (scale_fill), no padding."
                 if resize == "yolo_stretch"

@@ -1,6 +1,6 @@
 // The gateway's page: pick a pipeline, drop a photo, see the answer drawn over it and its JSON beside it.
 // Plain JavaScript, no build step, nothing loaded from elsewhere. What it drew is kept in window.drawing
-// (boxes, polygons, keypoints, masks, a depth map, classes, in the photo's pixels) and body[data-state] says where it is
+// (boxes, polygons, keypoints, masks, depth and class maps, classes, in the photo's pixels) and body[data-state] says where it is
 // (loading, ready, sending, drawn, error): the browser test reads both.
 "use strict";
 
@@ -91,9 +91,10 @@ function summary(answer) {
   const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
   if (answer.detections) return plural(answer.detections.length, "detection");
   if (answer.lines) return plural(answer.lines.length, "line");
-  if (answer.classes) return `${answer.classes[0] ? answer.classes[0].label : "no class"} first`;
   if (answer.mask) return `the mask covers ${(100 * answer.coverage).toFixed(1)}%`;
   if (answer.depth) return `depth ${answer.depth.range[0].toFixed(2)} to ${answer.depth.range[1].toFixed(2)}`;
+  if (answer.class_map) return `${answer.classes.length} classes, ${answer.classes[0] ? answer.classes[0].label : "none"} largest`;
+  if (answer.classes) return `${answer.classes[0] ? answer.classes[0].label : "no class"} first`;
   return "answered";
 }
 
@@ -119,7 +120,7 @@ async function drawPhoto() {
   canvas.height = shown.naturalHeight;
   canvas.getContext("2d").drawImage(shown, 0, 0);
   $("classes").replaceChildren();
-  window.drawing = { width: canvas.width, height: canvas.height, boxes: [], polygons: [], keypoints: 0, masks: 0, depth: null, classes: [] };
+  window.drawing = { width: canvas.width, height: canvas.height, boxes: [], polygons: [], keypoints: 0, masks: 0, depth: null, classMap: null, classes: [] };
 }
 
 async function draw(answer) {
@@ -128,6 +129,7 @@ async function draw(answer) {
   const width = Math.max(2, Math.round(Math.max(context.canvas.width, context.canvas.height) / 300));
   if (answer.mask) await drawMask(context, answer.mask, [0, 0]);
   if (answer.depth) await drawDepth(context, answer.depth);
+  if (answer.class_map) await drawClassMap(context, answer.class_map);
   for (const detection of answer.detections || []) await drawDetection(context, detection, width);
   (answer.lines || []).forEach((line, index) => drawPolygon(context, line.corners, COLORS.line, width, String(index + 1)));
   if (answer.classes) showClasses(answer.classes);
@@ -228,6 +230,29 @@ async function drawDepth(context, depth) {
   window.drawing.depth = { width: layer.width, height: layer.height, low, high };
 }
 
+// A class map over the photo: every class but 0 (the background, by Ultralytics' convention) tinted its own hue.
+async function drawClassMap(context, classMap) {
+  const layer = document.createElement("canvas");
+  layer.width = classMap.width;
+  layer.height = classMap.height;
+  const paint = layer.getContext("2d");
+  paint.drawImage(await loadImage(`data:image/png;base64,${classMap.png}`), 0, 0);
+  const pixels = paint.getImageData(0, 0, layer.width, layer.height);
+  const tinted = new Set();
+  for (let i = 0; i < pixels.data.length; i += 4) {
+    const id = pixels.data[i];
+    if (id === 0) {
+      pixels.data[i + 3] = 0;
+      continue;
+    }
+    tinted.add(id);
+    pixels.data.set([...hue((id * 94) % 360), Math.round(MASK_OPACITY * 255)], i);
+  }
+  paint.putImageData(pixels, 0, 0);
+  context.drawImage(layer, 0, 0);
+  window.drawing.classMap = { width: layer.width, height: layer.height, tinted: [...tinted].sort((a, b) => a - b) };
+}
+
 function hue(degrees) {
   const channel = (n) => {
     const k = (n + degrees / 60) % 6;
@@ -242,7 +267,7 @@ function showClasses(classes) {
       const entry = document.createElement("li");
       const score = document.createElement("span");
       score.className = "score";
-      score.textContent = `${(100 * item.score).toFixed(1)}%`;
+      score.textContent = `${(100 * (item.score ?? item.share)).toFixed(1)}%`;
       entry.append(item.label, score);
       return entry;
     }),

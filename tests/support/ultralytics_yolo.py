@@ -17,8 +17,8 @@ same layers, :func:`architecture`) on the dataset the tests drew at ``imgsz`` x 
 weights can be installed here), or from another of its trainings' weights (``--init DIR/weights.pt``: the layers whose
 names and shapes match, Ultralytics' transfer), then keeps its weights (``DIR/weights.pt``) and exports it to ONNX
 (:func:`exports`; a YOLOv8 task other than detect: ``static.onnx``, ``dynamic.onnx`` and ``nms.onnx``; a YOLO26 model:
-``static.onnx``, ``end2end.onnx`` and ``end2end_dynamic.onnx``; its depth model: ``static.onnx``, ``wide.onnx`` at
-``imgsz`` x ``wide`` and ``dynamic.onnx``). A detector's exports:
+``static.onnx``, ``end2end.onnx`` and ``end2end_dynamic.onnx``; its depth and semantic models: ``static.onnx``,
+``wide.onnx`` at ``imgsz`` x ``wide`` and ``dynamic.onnx``). A detector's exports:
 ``DIR/yolo.onnx`` (static, the raw ``[1, 4 + C, A]`` head) at a landscape ``imgsz`` x ``wide``
 input (the network is fully convolutional: a non-square export of square training, as Ultralytics
 exports ``imgsz=(H, W)``), ``DIR/end2end.onnx`` (static, ``nms=True``: ``[1, 300, 6]``) at the square
@@ -54,7 +54,8 @@ import numpy as np
 ARCHITECTURES = {
     "yolov8": {"detect": "yolov8n.yaml", "segment": "yolov8n-seg.yaml", "pose": "yolov8n-pose.yaml", "obb": "yolov8n-obb.yaml",
                "classify": "yolov8n-cls.yaml"},
-    "yolo26": {"segment": "yolo26n-seg.yaml", "pose": "yolo26n-pose.yaml", "obb": "yolo26n-obb.yaml", "depth": "yolo26n-depth.yaml"},
+    "yolo26": {"segment": "yolo26n-seg.yaml", "pose": "yolo26n-pose.yaml", "obb": "yolo26n-obb.yaml", "depth": "yolo26n-depth.yaml",
+               "semantic": "yolo26n-sem.yaml"},
 }  # fmt: skip
 TASKS = sorted({task for tasks in ARCHITECTURES.values() for task in tasks})
 # An nms=True export's own score threshold (its in-graph NMSModel drops rows under it): low, so that a model trained for
@@ -68,7 +69,7 @@ def exports(task: str, imgsz: int, wide: int, family: str = "yolov8") -> list[tu
     A detector's raw export is landscape; the other tasks' are square, static and dynamic, and ``nms.onnx`` (static,
     ``nms=True``: NMS in the graph). YOLO26's: ``static.onnx`` (``nms`` unset: the one-to-many head), ``end2end.onnx``
     (static, ``nms=False``: the NMS-free head) and ``end2end_dynamic.onnx`` (``dynamic=True, nms=False``)."""
-    if task == "depth":  # a dense map: no nms option (Ultralytics refuses it); square and landscape static, and dynamic
+    if task in ("depth", "semantic"):  # dense maps: no nms option (Ultralytics refuses it); square, landscape, dynamic
         return [
             ("static", imgsz, {"dynamic": False, "simplify": True, "opset": 17}),
             ("wide", [imgsz, wide], {"dynamic": False, "simplify": True, "opset": 17}),
@@ -165,7 +166,7 @@ def predict(models: list[tuple[Path, list[int], Path]], task: str, images: list[
     of them: Ultralytics and torch load once), per image ``i`` (see the module): boxes, scores, classes; and, as the
     task has them, ``masks`` [K, H, W] uint8 in the image's pixels (``retina_masks=True``), ``keypoints`` [K, P, 3] (x,
     y, score), ``rotated`` [K, 5] (cx, cy, w, h, angle) and ``corners`` [K, 4, 2], ``probs`` [C], ``depth`` [H, W] float32
-    metres at the image's size."""
+    metres and ``semantic`` [H, W] uint8 class ids at the image's size."""
     for model_path, imgsz, out in models:
         predict_one(model_path, task, imgsz, out, images)
 
@@ -196,6 +197,8 @@ def predict_one(model_path: Path, task: str, imgsz: list[int], out: Path, images
         if task == "pose":
             keypoints = result.keypoints
             arrays[f"{index}_keypoints"] = keypoints.data.numpy().astype(np.float32) if keypoints is not None else np.zeros((0, 0, 3))
+        if result.semantic_mask is not None:  # class ids at the image's size (the predictor's nearest resize)
+            arrays[f"{index}_semantic"] = result.semantic_mask.data.numpy().astype(np.uint8)
         if result.depth is not None:  # metres at the image's size (the predictor's align_corners bilinear resize)
             arrays[f"{index}_depth"] = result.depth.data.numpy().astype(np.float32)
         if result.probs is not None:

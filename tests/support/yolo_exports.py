@@ -16,14 +16,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from builders import build_envs
+from builders import build_envs, photos
 from builders.artifacts import sha256_file
 from tests.support.yolo import CACHE, ENV, SCRIPT
 from vision_serving import layout
@@ -204,3 +204,22 @@ def bring(model_files: Mapping[str, Path], repository: Path) -> dict[str, str]:
         said[name] += run_python("-m", "builders", "export", "--pipeline", name, *where)
         said[name] += run_python("-m", "builders", "check", "--pipeline", name, *where)
     return said
+
+
+def downloaded(trained: Path, exports: Mapping[str, str], folder: Path) -> dict[str, Path]:
+    """Each pipeline's model file as a user has it (outside any repository): the trained folder's ``<kind>.onnx`` of
+    ``exports`` (pipeline name -> kind) copied to ``folder/<pipeline name>.onnx``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {name: Path(shutil.copy(trained / f"{kind}.onnx", folder / f"{name}.onnx")) for name, kind in exports.items()}
+
+
+def brought_repository(model_files: Mapping[str, Path], folder: Path) -> tuple[Path, dict[str, str]]:
+    """A model repository under ``folder`` with each model file brought (:func:`bring`), and what the commands said."""
+    repository = folder / "model_repository"
+    repository.mkdir(parents=True)
+    return repository, bring(model_files, repository)
+
+
+def package_photos(names: Sequence[str]) -> dict[str, bytes]:
+    """Package photos by their file names (name and suffix)."""
+    return {photos.photo_path(name).name: photos.photo_bytes(name) for name in names}

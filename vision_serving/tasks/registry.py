@@ -6,12 +6,13 @@ import importlib
 from typing import Any, TypeVar, cast
 
 from ..model_config import ConfigError, ModelConfig, parameter
-from . import classification, depth, detection, segmentation
+from . import classification, depth, detection, segmentation, semantic_segmentation
 from .base import Task
 from .text_reading import task as text_reading
 
 TASKS: dict[str, Task] = {
-    task.name: task for task in (classification.TASK, segmentation.TASK, detection.TASK, text_reading.TASK, depth.TASK)
+    task.name: task
+    for task in (classification.TASK, segmentation.TASK, detection.TASK, text_reading.TASK, depth.TASK, semantic_segmentation.TASK)
 }
 
 

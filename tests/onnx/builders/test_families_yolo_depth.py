@@ -11,7 +11,6 @@ within its millimetre rounding of the map.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import cv2
@@ -20,7 +19,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from builders import cli, photos
+from builders import cli
 from builders.families import yolo, yolo_depth
 from tests.support import yolo_depth as scenes
 from tests.support import yolo_exports
@@ -80,10 +79,12 @@ def test_the_cli_brings_a_depth_export_and_refuses_other_tasks_in_one_line(tmp_p
     repository = tmp_path / "model_repository"
     repository.mkdir()
     where = ["--model-repository", str(repository)]
-    semantic = depth_graph(tmp_path / "rooms.onnx", metadata={**ULTRALYTICS, "task": "semantic"})
-    assert cli.main(["new-pipeline", "rooms", "--from", "yolo", "--model", str(semantic), *where]) == 2
+    other = depth_graph(tmp_path / "rooms.onnx", metadata={**ULTRALYTICS, "task": "captioning"})
+    assert cli.main(["new-pipeline", "rooms", "--from", "yolo", "--model", str(other), *where]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == "error: rooms.onnx is an Ultralytics 'semantic' model; supported: classify, depth, detect, obb, pose, segment"
+    assert (
+        line == "error: rooms.onnx is an Ultralytics 'captioning' model; supported: classify, depth, detect, obb, pose, segment, semantic"
+    )
     path = depth_graph(tmp_path / "ground.onnx")
     assert cli.main(["new-pipeline", "ground", "--from", "yolo", "--model", str(path), *where, "--labels", str(path)]) == 2
     assert "ground.onnx is an Ultralytics depth model (no classes)" in capsys.readouterr().err
@@ -99,26 +100,18 @@ def test_the_cli_brings_a_depth_export_and_refuses_other_tasks_in_one_line(tmp_p
 
 @pytest.fixture(scope="module")
 def model_files(tmp_path_factory) -> dict[str, Path]:
-    """Each pipeline's model file, as a user would have it (outside the repository)."""
-    trained = scenes.trained()
-    folder = tmp_path_factory.mktemp("downloads")
-    return {name: Path(shutil.copy(trained / f"{kind}.onnx", folder / f"{name}.onnx")) for name, kind in EXPORTS.items()}
+    return yolo_exports.downloaded(scenes.trained(), EXPORTS, tmp_path_factory.mktemp("downloads"))
 
 
 @pytest.fixture(scope="module")
 def brought(model_files, tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    repository = tmp_path_factory.mktemp("depth") / "model_repository"
-    repository.mkdir()
-    said = yolo_exports.bring(model_files, repository)
-    return repository, said
+    return yolo_exports.brought_repository(model_files, tmp_path_factory.mktemp("depth"))
 
 
 @pytest.fixture(scope="module")
 def pictures(tmp_path_factory) -> dict[str, bytes]:
     """Scenes the model never saw (90 to 420 px, PNG and JPEG) and package photos."""
-    paths = photos.registry()
-    found = scenes.new_scenes(tmp_path_factory.mktemp("scenes"), 12)
-    return {**found, **{f"{name}{paths[name].suffix}": photos.photo_bytes(name) for name in PACKAGE_PHOTOS}}
+    return {**scenes.new_scenes(tmp_path_factory.mktemp("scenes"), 12), **yolo_exports.package_photos(PACKAGE_PHOTOS)}
 
 
 @pytest.fixture(scope="module")

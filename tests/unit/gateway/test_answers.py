@@ -17,7 +17,7 @@ from gateway.answers import masks
 from gateway.catalog import Option
 from gateway.service import form_of
 from tests.unit.gateway.local import shipped
-from vision_serving.tasks import depth
+from vision_serving.tasks import depth, semantic_segmentation
 
 PIPELINES = shipped()
 
@@ -155,6 +155,27 @@ def test_depth_as_png_with_its_scale_and_float32_when_asked():
     fields = shaper.shape(pipeline, outputs, {})
     validate(pipeline, fields)
     assert np.array_equal(depth.decode_float32(base64.b64decode(fields["depth"]["float32"]), 2, 3), values)
+
+
+def test_semantic_segmentation_class_map_and_classes():
+    roles = {"class_map": (1,), "class_ids": (-1,), "labels": (-1,), "shares": (-1,), "count": (1,)}
+    pipeline = dataclasses.replace(
+        PIPELINES["person_segmenter"], task="semantic_segmentation", outputs={role: role.upper() for role in roles}, output_dims=roles
+    )
+    classes = np.array([[0, 0, 2], [0, 1, 1]], np.uint8)
+    outputs = {
+        "class_map": np.array([semantic_segmentation.encode_png(classes)], dtype=object),
+        "class_ids": np.array([0, 1, 2, -1], np.int32),
+        "labels": np.array([b"floor", b"wall", b"sky", b""], dtype=object),
+        "shares": np.array([0.5, 1 / 3, 1 / 6, 0], np.float32),
+        "count": np.array([3], np.int32),
+    }
+    fields = answers.answer_for("semantic_segmentation").shape(pipeline, outputs, {})
+    validate(pipeline, fields)
+    assert [item["label"] for item in fields["classes"]] == ["floor", "wall", "sky"]
+    assert fields["classes"][1] == {"class_id": 1, "label": "wall", "share": pytest.approx(1 / 3, abs=1e-6)}
+    assert (fields["class_map"]["width"], fields["class_map"]["height"]) == (3, 2)
+    assert np.array_equal(semantic_segmentation.decode_png(base64.b64decode(fields["class_map"]["png"])), classes)
 
 
 def test_a_task_without_a_module_gets_every_output_by_role():

@@ -1,11 +1,13 @@
-"""A depth model brought as a user brings it, served by a real tritonserver and read by every consumer.
+"""A depth and a semantic segmentation model brought as a user brings them, served by a real tritonserver and read by
+every consumer.
 
-The tests' YOLO26n-depth (tests/support/yolo_depth.py) is brought into a model repository of its own
-(``new-pipeline --from yolo``, ``export``, ``check``) and served by ``./scripts/serve``. Its answers over gRPC (several
-photos of different sizes in one request, ``FLOAT_DEPTH`` set for some) equal the in-process pipeline's maps; the
-command-line client (``./scripts/depth``) writes the 16-bit PNG and the float32 map; the gateway's JSON carries the same
-map and validates against the pipeline's answer schema in its OpenAPI document; the page draws it over the photo; a
-``FLOAT_DEPTH`` of the wrong datatype is ``INVALID_ARG`` and the server keeps serving.
+The tests' YOLO26n-depth (tests/support/yolo_depth.py) and YOLO26n-sem (tests/support/yolo_semantic.py) are brought
+into a model repository of their own (``new-pipeline --from yolo``, ``export``, ``check``) and served together by
+``./scripts/serve``. Their answers over gRPC (several photos of different sizes in one request; for depth,
+``FLOAT_DEPTH`` set for some) equal the in-process pipelines' maps; the command-line clients (``./scripts/depth``,
+``./scripts/semantic``) write the maps; the gateway's JSON carries the same maps and validates against each pipeline's
+answer schema in its OpenAPI document; the page draws them over the photo; a ``FLOAT_DEPTH`` of the wrong datatype is
+``INVALID_ARG`` and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -24,38 +26,53 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.test_gateway_page import browser, upload  # noqa: F401 (the browser fixture)
-from tests.support import serve_script, yolo_exports
+from tests.support import serve_script, yolo_exports, yolo_semantic
 from tests.support import yolo_depth as scenes
 from tests.support.gateway import GatewayProcess, multipart, request
 from vision_serving import layout
 from vision_serving.pipeline_configs import PipelineConfigs
 from vision_serving.served import ServedPipeline
-from vision_serving.tasks import depth
+from vision_serving.tasks import depth, semantic_segmentation
 
 pytestmark = pytest.mark.integration
 
 NAME = "my_depth"
+SEMANTIC = "my_rooms"
 
 
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("downloads")
-    model_file = Path(shutil.copy(scenes.trained() / "static.onnx", folder / f"{NAME}.onnx"))
-    repository = tmp_path_factory.mktemp("depth") / "model_repository"
+    depth_file = Path(shutil.copy(scenes.trained() / "static.onnx", folder / f"{NAME}.onnx"))
+    semantic_file = Path(shutil.copy(yolo_semantic.trained() / "wide.onnx", folder / f"{SEMANTIC}.onnx"))
+    repository = tmp_path_factory.mktemp("dense") / "model_repository"
     repository.mkdir()
-    yolo_exports.bring({NAME: model_file}, repository)
+    yolo_exports.bring({NAME: depth_file, SEMANTIC: semantic_file}, repository)
     return repository
 
 
 @pytest.fixture(scope="module")
 def server(repository, tmp_path_factory) -> Iterator[dict[str, str]]:
-    with serve_script.serving(repository, [NAME], tmp_path_factory.mktemp("serve") / "serve.log") as served:
+    with serve_script.serving(repository, [NAME, SEMANTIC], tmp_path_factory.mktemp("serve") / "serve.log") as served:
         yield served
 
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> dict[str, bytes]:
     return scenes.new_scenes(tmp_path_factory.mktemp("scenes"), 3, seed=21)
+
+
+@pytest.fixture(scope="module")
+def semantic_photos(tmp_path_factory) -> dict[str, bytes]:
+    return yolo_semantic.new_scenes(tmp_path_factory.mktemp("semantic_scenes"), 3, seed=22)
+
+
+@pytest.fixture(scope="module")
+def expected_classes(repository, semantic_photos) -> dict[str, np.ndarray]:
+    """The in-process semantic pipeline's full-size class maps."""
+    served = ServedPipeline.load(PipelineConfigs.load(layout.pipeline(SEMANTIC, repository)), "cpu")
+    names = sorted(semantic_photos)
+    return dict(zip(names, served.run([semantic_photos[name] for name in names]).maps()))
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +83,7 @@ def expected(repository, photos) -> dict[str, np.ndarray]:
     return dict(zip(names, served.run([photos[name] for name in names]).maps()))
 
 
-def infer(server, images: list[bytes], floats: np.ndarray | None = None) -> grpcclient.InferResult:
+def infer(server, images: list[bytes], floats: np.ndarray | None = None, pipeline: str = NAME) -> grpcclient.InferResult:
     client = grpcclient.InferenceServerClient(server["grpc"])
     image = grpcclient.InferInput("IMAGE", [len(images), 1], "BYTES")
     image.set_data_from_numpy(np.array(images, dtype=np.object_).reshape(-1, 1))
@@ -75,7 +92,7 @@ def infer(server, images: list[bytes], floats: np.ndarray | None = None) -> grpc
         wanted = grpcclient.InferInput("FLOAT_DEPTH", list(floats.shape), "BOOL" if floats.dtype == np.bool_ else "INT32")
         wanted.set_data_from_numpy(floats)
         inputs.append(wanted)
-    return client.infer(NAME, inputs)
+    return client.infer(pipeline, inputs)
 
 
 def test_grpc_answers_the_maps_of_the_in_process_pipeline(server, photos, expected):
@@ -153,3 +170,51 @@ def test_the_page_draws_the_map_over_the_photo(browser, own_gateway, photos, exp
     want = expected[name]
     assert (drawn["depth"]["height"], drawn["depth"]["width"]) == want.shape
     assert [drawn["depth"]["low"], drawn["depth"]["high"]] == pytest.approx([want.min(), want.max()], rel=1e-6)
+
+
+def test_semantic_class_maps_over_grpc_the_client_the_gateway_and_the_page(
+    server,
+    own_gateway,
+    browser,  # noqa: F811
+    semantic_photos,
+    expected_classes,
+    tmp_path,
+):
+    names = sorted(semantic_photos)
+    result = infer(server, [semantic_photos[name] for name in names], pipeline=SEMANTIC)
+    for index, name in enumerate(names):
+        want = expected_classes[name]
+        assert np.array_equal(semantic_segmentation.decode_png(bytes(result.as_numpy("CLASS_MAP")[index, 0])), want)
+        count = int(result.as_numpy("COUNT")[index, 0])
+        assert sorted(result.as_numpy("CLASS_IDS")[index, :count].tolist()) == np.unique(want).tolist()
+    name = names[0]
+    (tmp_path / name).write_bytes(semantic_photos[name])
+    command = [
+        str(layout.REPOSITORY_ROOT / "scripts" / "semantic"),
+        "--model",
+        SEMANTIC,
+        "--url",
+        server["grpc"],
+        "--out-dir",
+        str(tmp_path),
+    ]
+    done = subprocess.run([*command, "--overlay", "--json", str(tmp_path / name)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (record,) = json.loads(done.stdout)
+    written = semantic_segmentation.decode_png(Path(record["class_map_file"]).read_bytes())
+    assert np.array_equal(written, expected_classes[name])
+    body, headers = multipart({}, semantic_photos[name])
+    status, answer = request(f"{own_gateway.url}/v1/pipelines/{SEMANTIC}", body, headers)
+    assert status == 200, answer
+    status, document = request(f"{own_gateway.url}/openapi.json")
+    schema = {"$ref": f"#/components/schemas/{SEMANTIC}.answer", "components": document["components"]}
+    jsonschema.Draft202012Validator(schema).validate(answer)
+    assert answer["classes"] == record["classes"] or [c["class_id"] for c in answer["classes"]] == [
+        c["class_id"] for c in record["classes"]
+    ]
+    assert np.array_equal(semantic_segmentation.decode_png(base64.b64decode(answer["class_map"]["png"])), expected_classes[name])
+    drawn = upload(browser, own_gateway, SEMANTIC, tmp_path / name)
+    want = expected_classes[name]
+    assert (drawn["classMap"]["height"], drawn["classMap"]["width"]) == want.shape
+    assert drawn["classMap"]["tinted"] == [int(c) for c in np.unique(want) if c != 0]
+    assert drawn["classes"] == [c["label"] for c in answer["classes"]]
