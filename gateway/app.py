@@ -103,12 +103,12 @@ async def infer(request: Request) -> Response:
 
 
 async def pipelines(request: Request) -> Response:
-    return JsonResponse(openapi.listing(await gateway_of(request).catalog.current()))
+    return JsonResponse(openapi.listing(await gateway_of(request).pipelines()))
 
 
 async def openapi_json(request: Request) -> Response:
     state = state_of(request)
-    return JsonResponse(openapi.document(await gateway_of(request).catalog.current(), state.keys is not None, state.settings.title))
+    return JsonResponse(openapi.document(await gateway_of(request).pipelines(), state.keys is not None, state.settings.title))
 
 
 async def healthz(request: Request) -> Response:

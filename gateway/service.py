@@ -3,9 +3,10 @@ its outputs written as the task's JSON (:mod:`gateway.answers`)."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ API_VERSION = "v1"
 RAW_CHOICE: JsonSchema = {"type": "boolean", "default": False, "description": "also give the ensemble's output tensors as they came"}
 # Seconds the current request spent waiting on Triton (its gRPC call): the rest of its time is the gateway's own.
 TRITON_SECONDS: contextvars.ContextVar[float] = contextvars.ContextVar("triton_seconds", default=0.0)
-NUMPY_TYPES = {"INT32": np.int32, "INT64": np.int64, "FP32": np.float32, "FP64": np.float64, "BOOL": np.bool_}
+NUMPY_TYPES = {"INT32": np.int32, "INT64": np.int64, "FP32": np.float32, "FP64": np.float64, "BOOL": np.bool_, "BYTES": np.object_}
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,15 @@ def photo_problem(pipeline: Pipeline, photo: bytes) -> ApiError | None:
     return None
 
 
+@contextlib.contextmanager
+def _reading_the_server() -> Iterator[None]:
+    """The catalogue's reads of the server: a server that cannot be reached, or is not up yet, is 503 ``UNAVAILABLE``."""
+    try:
+        yield
+    except InferenceServerException as error:
+        raise errors.unavailable(f"cannot read the server's pipelines: {errors.from_triton(error).message}") from None
+
+
 @dataclass
 class Gateway:
     client: Any  # tritonclient.grpc.aio.InferenceServerClient
@@ -78,11 +88,14 @@ class Gateway:
     fetch_policy: fetch.FetchPolicy
     timeout_s: float = 30.0
 
+    async def pipelines(self) -> dict[str, Pipeline]:
+        """Every pipeline the server serves; 503 ``UNAVAILABLE`` while the server cannot be read (never read yet)."""
+        with _reading_the_server():
+            return await self.catalog.current()
+
     async def pipeline(self, name: str) -> Pipeline:
-        try:
+        with _reading_the_server():
             found = await self.catalog.get(name)
-        except InferenceServerException as error:  # the server cannot be reached, or is not up yet
-            raise errors.unavailable(f"cannot read the server's pipelines: {errors.from_triton(error).message}") from None
         if found is None:
             known = ", ".join(sorted(self.catalog.pipelines)) or "none"
             raise ApiError(404, "NOT_FOUND", f"no pipeline {name!r} on the server (its pipelines: {known})")
@@ -130,7 +143,8 @@ class Gateway:
         for name, value in options.items():
             option = pipeline.options[name]
             tensor = grpcaio.InferInput(option.tensor, shape, option.datatype)
-            tensor.set_data_from_numpy(np.full(shape, value, dtype=NUMPY_TYPES[option.datatype]))
+            element = str(value).encode("utf-8") if option.datatype == "BYTES" else value  # a BYTES input: UTF-8 text
+            tensor.set_data_from_numpy(np.full(shape, element, dtype=NUMPY_TYPES[option.datatype]))
             inputs.append(tensor)
         requested = [grpcaio.InferRequestedOutput(name) for name in pipeline.outputs.values()]
         started = time.perf_counter()

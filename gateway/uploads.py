@@ -157,6 +157,8 @@ def option_value(name: str, value: Any, schema: Mapping[str, Any]) -> Any:
                 converted = str(value).lower() in ("true", "1")
             else:
                 raise ValueError
+        elif schema.get("contentMediaType") == "application/json" and not isinstance(value, str):
+            converted = json.dumps(value)  # a JSON body's object or boolean for an option that takes JSON text
         else:
             converted = str(value) if not isinstance(value, (dict, list)) else None
             if converted is None:

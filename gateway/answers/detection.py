@@ -10,6 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from vision_serving import tiling
+from vision_serving.tasks.detection_tiles import TILING_OPTION
+
 from ..catalog import Option, Pipeline
 from . import masks
 from .base import JsonSchema, TaskAnswer, array, count_of, number, obj, point, rounded, text
@@ -25,6 +28,12 @@ def keypoint_names(pipeline: Pipeline) -> list[str] | None:
 
 class DetectionAnswer(TaskAnswer):
     def option_schema(self, pipeline: Pipeline, option: Option) -> JsonSchema:
+        if option.name == TILING_OPTION.role:  # a tiled pipeline's: JSON text, as the ensemble's TILING input takes it
+            return {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "description": f"JSON: true, false or an object of {', '.join(tiling.REQUEST_KEYS)} (a JSON body may send it as such)",
+            }
         if option.name not in THRESHOLDS:
             return super().option_schema(pipeline, option)
         default = pipeline.parameter(option.name)

@@ -46,6 +46,9 @@ function showOptions() {
       input.type = "checkbox";
       input.value = "true";
       input.checked = schema.default === true;
+    } else if (schema.type === "string") {
+      input.type = "text";
+      input.placeholder = schema.description || "";
     } else {
       input.type = "number";
       input.step = schema.type === "integer" ? "1" : "0.05";

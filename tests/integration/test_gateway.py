@@ -5,6 +5,7 @@ every form, options, errors, URL input refused where it must be, keys, CORS and 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import socket
 import threading
@@ -248,6 +249,16 @@ def test_without_the_server_the_gateway_answers_503_with_retry_after(photo_bytes
         assert status == 503 and body["server_ready"] is False
         status, body = post(nothing, "image_classifier", photo_bytes["coffee"])
         assert status == 503 and body["error"]["code"] == "UNAVAILABLE", body
+        # The catalogue's own pages too, each a 503 with Retry-After on one kept-alive connection (a 500 closed it).
+        connection = http.client.HTTPConnection("127.0.0.1", nothing.port, timeout=30)
+        for path in ("/v1/pipelines", "/openapi.json", "/v1/pipelines"):
+            connection.request("GET", path)
+            response = connection.getresponse()
+            body = json.loads(response.read())
+            assert response.status == 503 and response.getheader("Retry-After") == "1", (path, body)
+            assert body["error"]["code"] == "UNAVAILABLE" and "cannot read the server's pipelines" in body["error"]["message"]
+            assert response.getheader("Connection") != "close"
+        connection.close()
     finally:
         nothing.stop()
 

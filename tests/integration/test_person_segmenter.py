@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
+import cv2
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -53,6 +54,14 @@ def test_mask_matches_mediapipe(triton_server, photo_bytes, mediapipe_masks, nam
     if name in PERSON_PHOTOS:
         assert reference.mean() > 0.2  # the photo really shows a person
         assert segmentation.iou(mask, reference) >= 0.95
+
+
+def test_a_one_pixel_photo_gets_a_one_pixel_mask(triton_server):
+    """The smallest photo the docs accept: a 1x1 PNG and a 1x1 JPEG are answered, not an INTERNAL error."""
+    pixel = np.full((1, 1, 3), 200, np.uint8)
+    photos = [cv2.imencode(suffix, pixel)[1].tobytes() for suffix in (".png", ".jpg")]
+    masks, coverage = segment(triton_server, photos)
+    assert [mask.shape for mask in masks] == [(1, 1), (1, 1)] and set(coverage.tolist()) <= {0.0, 1.0}
 
 
 def test_several_images_in_one_request_match_one_by_one(triton_server, photo_bytes):

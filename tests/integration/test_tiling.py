@@ -13,6 +13,7 @@ photos of small discs, squares and triangles, its masks too (:func:`test_tiled_m
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 from collections import Counter
@@ -27,6 +28,7 @@ from tritonclient.utils import InferenceServerException
 from builders import build_envs
 from tests.integration.test_bring_your_own_model import edit, run, write_scenes
 from tests.support import serve_script, tiling_scenes, yolo, yolo_exports, yolo_obb, yolo_segment
+from tests.support.gateway import GatewayProcess, multipart, request
 from vision_serving import layout
 from vision_serving.tasks import detection
 from vision_serving.tasks.segmentation import iou
@@ -123,6 +125,17 @@ def server(repository, tmp_path_factory) -> Iterator[str]:
     """``./scripts/serve`` for the tiled pipelines alone, on free ports; its gRPC address."""
     with serve_script.serving(repository, [NAME, OBB_NAME, SEGMENT_NAME], tmp_path_factory.mktemp("serve") / "serve.log") as served:
         yield served["grpc"]
+
+
+@pytest.fixture(scope="module")
+def tiled_gateway(server, tmp_path_factory) -> Iterator[GatewayProcess]:
+    """The gateway in front of the tiled pipelines' server."""
+    process = GatewayProcess(server, log_file=tmp_path_factory.mktemp("gateway") / "gateway.log")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 @pytest.fixture(scope="module")
@@ -341,3 +354,28 @@ def test_tiled_masks_equal_sahi_sliced_prediction(server, segment_photos, segmen
     assert total >= len(segment_photos) * SEGMENT_OBJECTS // 2  # the shapes are found: a real comparison
     assert len(mask_ious) >= MIN_SEGMENT_MATCHED * total, f"{len(mask_ious)} of {total} matched"
     assert min(mask_ious) >= MIN_MASK_IOU, sorted(mask_ious)[:5]
+
+
+def test_the_gateway_sends_tiling_as_the_server_takes_it(server, tiled_gateway, photos):
+    """The gateway offers a tiled pipeline's ``tiling`` (JSON text, or a JSON body's object or boolean) and sends it as
+    the ensemble's BYTES input: the answers are gRPC's with the same TILING; a bad one is the server's 400."""
+    photo = photos[1].png()
+    status, listing = request(f"{tiled_gateway.url}/v1/pipelines")
+    (offered,) = [pipeline["options"]["tiling"] for pipeline in listing["pipelines"] if pipeline["name"] == NAME]
+    assert status == 200 and offered["type"] == "string" and offered["contentMediaType"] == "application/json"
+    (untiled,) = infer(server, [photo], ['{"enabled": false}'])
+    (tiled,) = infer(server, [photo])
+    for fields in ({"tiling": '{"enabled": false}'}, {"tiling": "false"}):
+        body, headers = multipart(fields, photo)
+        status, answer = request(f"{tiled_gateway.url}/v1/pipelines/{NAME}", body, headers)
+        assert status == 200, answer
+        assert len(answer["detections"]) == len(untiled["boxes"]) != len(tiled["boxes"])
+    status, answer = request(
+        f"{tiled_gateway.url}/v1/pipelines/{NAME}",
+        json.dumps({"image": base64.b64encode(photo).decode(), "tiling": {"enabled": False}}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    assert status == 200 and len(answer["detections"]) == len(untiled["boxes"]), answer
+    body, headers = multipart({"tiling": '{"max_tiles": 500}'}, photo)
+    status, answer = request(f"{tiled_gateway.url}/v1/pipelines/{NAME}", body, headers)
+    assert status == 400 and answer["error"]["code"] == "INVALID_ARG" and "unknown key(s) max_tiles" in answer["error"]["message"]

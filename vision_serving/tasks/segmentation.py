@@ -89,8 +89,14 @@ def full_size_mask(probabilities: np.ndarray, height: int, width: int, spec: Mas
     probabilities, then thresholded (255 where ``p >= threshold``, else 0) or, in ``probability`` mode,
     round(255 p). Clipping to [0, 1] never moves a threshold in (0, 1), so the threshold mode skips it."""
     resized = _resized(probabilities, height, width)
-    # OpenCV compares with a scalar (its stubs list arrays only): 255 where p >= the float32 threshold, as numpy would.
-    foreground = cv2.compare(resized, float(np.float32(spec.threshold)), cv2.CMP_GE)  # type: ignore[call-overload]
+    threshold = np.float32(spec.threshold)
+    # 255 where p >= the threshold. OpenCV compares with a scalar (its stubs list arrays only), except on a 1x1 photo:
+    # there it takes the 1x1 array and the scalar for two arrays of different types, so numpy compares.
+    foreground = (
+        np.where(resized >= threshold, np.uint8(255), np.uint8(0)).astype(np.uint8)
+        if resized.size == 1
+        else cv2.compare(resized, float(threshold), cv2.CMP_GE)  # type: ignore[call-overload]
+    )
     coverage = cv2.countNonZero(foreground) / foreground.size
     if spec.mode == "threshold":
         return foreground, coverage

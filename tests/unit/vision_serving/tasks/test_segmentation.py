@@ -153,3 +153,11 @@ def test_dataset_pairs_and_their_iou(tmp_path):
     (tmp_path / "b.jpg").write_bytes(b"x")
     with pytest.raises(ValueError, match=r"no mask b\.mask\.png beside it"):
         segmentation.TASK.dataset(tmp_path, post())
+
+
+@pytest.mark.parametrize("mode", ["threshold", "probability"])
+def test_a_one_pixel_photo_gets_a_one_pixel_mask(mode):
+    """A 1x1 photo is accepted (docs/pipelines.md): its mask is one pixel (OpenCV's compare cannot take it)."""
+    for value, expected in ((0.7, 255 if mode == "threshold" else 178), (0.2, 0 if mode == "threshold" else 51)):
+        mask, coverage = segmentation.full_size_mask(np.full((4, 4), value, np.float32), 1, 1, segmentation.MaskSpec(mode, 0.5))
+        assert mask.tolist() == [[expected]] and mask.dtype == np.uint8 and coverage == (1.0 if value > 0.5 else 0.0)
