@@ -9,6 +9,7 @@ import re
 from benchmarks import capacity, served_precision
 from builders import quantize
 from builders.tensorrt import models
+from tests.support import shipped
 from vision_serving import layout
 
 RECORD = json.loads(served_precision.RESULT.read_text())
@@ -22,11 +23,7 @@ def checks(model: str, precision: str) -> dict[str, float]:
 
 
 def test_every_model_served_from_a_plan_has_its_ladder_recorded():
-    expected = {
-        models.load_core_config(pipeline, role).name
-        for pipeline in layout.pipelines(layout.MODEL_REPOSITORY)
-        for role in models.engine_roles(pipeline)
-    }
+    expected = {models.load_core_config(pipeline, role).name for pipeline in shipped.pipelines() for role in models.engine_roles(pipeline)}
     assert set(BY_MODEL) == expected
     for record in RECORD["models"]:
         chosen = next(r for r in record["rungs"] if r["precision"] == record["precision"])

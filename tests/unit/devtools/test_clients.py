@@ -23,6 +23,7 @@ from devtools.clients import detection as detection_client
 from devtools.clients import generic
 from devtools.clients import segmentation as segmentation_client
 from devtools.clients import text_reading as text_reading_client
+from tests.support import shipped as shipped_pipelines
 from vision_serving import layout, model_config
 from vision_serving.tasks import classification, detection, registry, segmentation
 from vision_serving.tasks.base import LabelledSample, Postprocessor, Role, Task, TaskResult
@@ -60,23 +61,24 @@ def test_a_task_without_a_module_gets_the_generic_client_and_a_module_without_a_
         clients.client_for("drawing")
 
 
-def test_the_default_model_of_a_task_is_its_shipped_pipeline():
+def test_the_default_model_of_a_task_is_its_shipped_pipeline(tmp_path):
     """Each shipped task's client names its shipped pipeline, which is in model_repository/ under that task (read through
     the registry), and is its default; a task without a pipeline there has no default."""
+    repository = shipped_pipelines.repository(tmp_path)
     by_task: dict[str, list[str]] = {}
-    for pipeline in layout.pipelines(layout.MODEL_REPOSITORY):
+    for pipeline in shipped_pipelines.pipelines():
         task = registry.for_config(model_config.load_config(pipeline.model_dir("postprocess")))
         by_task.setdefault(task.name, []).append(pipeline.name)
     assert by_task, "no pipeline in model_repository/"
     for task in registry.TASKS:
-        assert client.task_pipelines(task) == sorted(by_task.get(task, []))
+        assert client.task_pipelines(task, repository) == sorted(by_task.get(task, []))
         shipped = clients.client_for(task).pipeline
         if shipped is not None:
             assert shipped in by_task[task]
-        assert client.default_model(task) == (
+        assert client.default_model(task, repository) == (
             shipped if shipped is not None else None if len(by_task.get(task, [])) != 1 else by_task[task][0]
         )
-    assert client.default_model("no_such_task") is None
+    assert client.default_model("no_such_task", repository) is None
 
 
 def _repository(folder, names):

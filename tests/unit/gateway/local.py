@@ -4,6 +4,7 @@ configs the server serves), for the gateway's unit tests."""
 from __future__ import annotations
 
 from gateway.catalog import Pipeline, pipeline_from_configs, step_names
+from tests.support import shipped as shipped_pipelines
 from vision_serving import layout, model_config
 
 
@@ -16,4 +17,4 @@ def local_pipeline(pipeline: layout.Pipeline) -> Pipeline:
 
 
 def shipped() -> dict[str, Pipeline]:
-    return {pipeline.name: local_pipeline(pipeline) for pipeline in layout.pipelines(layout.MODEL_REPOSITORY)}
+    return {pipeline.name: local_pipeline(pipeline) for pipeline in shipped_pipelines.pipelines()}

@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from gateway.catalog import Catalog, ModelSource, pipeline_from_configs, step_names
+from tests.support import shipped as shipped_pipelines
 from tests.unit.gateway.local import shipped
-from vision_serving import layout, model_config
+from vision_serving import model_config
 
 PIPELINES = shipped()
 
@@ -30,7 +31,7 @@ def test_each_shipped_pipeline_is_found_by_its_tasks_roles():
 
 
 def test_an_ensemble_without_a_task_step_is_no_pipeline():
-    pipeline = layout.pipelines(layout.MODEL_REPOSITORY)[0]
+    pipeline = shipped_pipelines.pipelines()[0]
     ensemble = model_config.load_config(pipeline.ensemble_dir)
     steps = {name: model_config.load_config(pipeline.repository / name) for name in step_names(ensemble)}
     for config in steps.values():
@@ -44,7 +45,7 @@ class RestrictedServer:
 
     def __init__(self) -> None:
         self.configs = {}
-        for pipeline in layout.pipelines(layout.MODEL_REPOSITORY):
+        for pipeline in shipped_pipelines.pipelines():
             for folder in pipeline.repository.iterdir():
                 if (folder / "config.pbtxt").is_file():
                     self.configs[folder.name] = model_config.load_config(folder)
