@@ -157,13 +157,14 @@ def _run_served_path(pipeline: LoadedPipeline, served: ServedPipeline, items: It
 
     def run_batch(payloads: list[bytes], decoded: list[image_codec.Decoded]) -> None:
         image_batches.append(served.image_features(payloads, decoded))
-        output_batches.append(served.run_decoded(decoded, served.offline_request(len(decoded))).features())
+        # As clients send photos: no request options, so a tiled pipeline's photos are tiled as its served answers are.
+        output_batches.append(served.run_decoded(decoded).features())
 
     payloads: list[bytes] = []
     decoded: list[image_codec.Decoded] = []
     for name, data in tqdm(items, total=total, desc=f"{pipeline.name} drift reference", unit="image", file=sys.stderr):
         try:
-            decoded.append(served.decode(data))
+            decoded.extend(served.decode_request([data]))  # at the size a photo sent alone is decoded
         except image_codec.ImageError as error:
             refused.append((name, str(error)))
             continue

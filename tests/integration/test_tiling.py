@@ -25,11 +25,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from builders import build_envs
+from builders import build_envs, calibration, loaded
 from tests.integration.test_bring_your_own_model import edit, run, write_scenes
 from tests.support import serve_script, tiling_scenes, yolo, yolo_exports, yolo_obb, yolo_segment
 from tests.support.gateway import GatewayProcess, multipart, request
-from vision_serving import layout
+from vision_serving import drift, layout
+from vision_serving.served import ServedPipeline
 from vision_serving.tasks import detection
 from vision_serving.tasks.segmentation import iou
 
@@ -379,3 +380,26 @@ def test_the_gateway_sends_tiling_as_the_server_takes_it(server, tiled_gateway, 
     body, headers = multipart({"tiling": '{"max_tiles": 500}'}, photo)
     status, answer = request(f"{tiled_gateway.url}/v1/pipelines/{NAME}", body, headers)
     assert status == 400 and answer["error"]["code"] == "INVALID_ARG" and "unknown key(s) max_tiles" in answer["error"]["message"]
+
+
+def test_the_drift_reference_is_built_tiled_and_its_own_photos_raise_no_drift(repository):
+    """The tiled pipeline's drift reference records its tiled answers: the reference's own images (the held-out photos
+    and their seeded augmentations), answered as clients send them, test as no drift (every p > 0.05). Built untiled, the
+    reference said fewer detections than the served pipeline gives, and the alarm fired on normal traffic."""
+    pipeline = loaded.load(layout.pipeline(NAME, repository))
+    sources = calibration.evaluation_sources(pipeline)
+    count = len(sources) * (1 + calibration.AUGMENTED_PER_PHOTO)
+    samples = calibration.make_samples(sources, count, calibration.EVALUATION_SEED, calibration.EVALUATION_PROFILE, pipeline.configs.limits)
+    postprocess = pipeline.configs.postprocess
+    core_dir = drift.served_version_dir(pipeline.layout.model_dir("core"))
+    assert core_dir is not None
+    reference = drift.load_reference(core_dir / drift.DriftSettings().reference, postprocess.name)
+    settings = drift.DriftSettings(window=len(samples), min_samples=len(samples), update_every=len(samples))
+    monitor = drift.DriftMonitor(reference, settings, background=False)
+    served = ServedPipeline.load(pipeline.configs, "cpu")
+    for start in range(0, len(samples), 16):
+        monitor.observe(served.run([sample.data for sample in samples[start : start + 16]]).features())
+    report = monitor.latest()
+    assert report is not None and report.samples == len(samples)
+    p_values = {name: result.p_value for name, result in report.results.items()}
+    assert p_values and all(p is not None and p > 0.05 for p in p_values.values()), p_values
