@@ -28,7 +28,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,8 @@ class ServedRun:
     references: dict[str, drift.Reference]
     images: int
     refused: list[tuple[str, str]]  # (name, reason)
+    # Photos the served preprocess refuses (a tiled photo past max_tiles: INVALID_ARG, so never in the traffic).
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _run_served_path(pipeline: LoadedPipeline, served: ServedPipeline, items: Iterable[tuple[str, bytes]], total: int) -> ServedRun:
@@ -153,13 +155,31 @@ def _run_served_path(pipeline: LoadedPipeline, served: ServedPipeline, items: It
     image_batches: list[drift.Features] = []
     output_batches: list[drift.Features] = []
     refused: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
     images = 0
 
-    def run_batch(payloads: list[bytes], decoded: list[image_codec.Decoded]) -> None:
-        image_batches.append(served.image_features(payloads, decoded))
-        # As clients send photos: no request options, so a tiled pipeline's photos are tiled as its served answers are.
-        output_batches.append(served.run_decoded(decoded).features())
+    def run_batch(names: list[str], payloads: list[bytes], decoded: list[image_codec.Decoded]) -> int:
+        """The batch's features, as clients' photos are answered: with no request options (a tiled pipeline's photos
+        tiled); a photo the served preprocess refuses (a tiled photo past max_tiles) is skipped alone and left out of
+        both references, as the server leaves it out. The count of photos kept."""
+        try:
+            outputs = [served.run_decoded(decoded).features()]
+            kept = list(range(len(decoded)))
+        except ValueError:
+            outputs, kept = [], []
+            for index, item in enumerate(decoded):
+                try:
+                    outputs.append(served.run_decoded([item]).features())
+                except ValueError as error:
+                    skipped.append((names[index], str(error)))
+                    continue
+                kept.append(index)
+        if kept:
+            image_batches.append(served.image_features([payloads[i] for i in kept], [decoded[i] for i in kept]))
+            output_batches.extend(outputs)
+        return len(kept)
 
+    names: list[str] = []
     payloads: list[bytes] = []
     decoded: list[image_codec.Decoded] = []
     for name, data in tqdm(items, total=total, desc=f"{pipeline.name} drift reference", unit="image", file=sys.stderr):
@@ -168,18 +188,18 @@ def _run_served_path(pipeline: LoadedPipeline, served: ServedPipeline, items: It
         except image_codec.ImageError as error:
             refused.append((name, str(error)))
             continue
+        names.append(name)
         payloads.append(data)
-        images += 1
         if len(payloads) == CHUNK:
-            run_batch(payloads, decoded)
-            payloads, decoded = [], []
+            images += run_batch(names, payloads, decoded)
+            names, payloads, decoded = [], [], []
     if payloads:
-        run_batch(payloads, decoded)
+        images += run_batch(names, payloads, decoded)
     references = {
         pipeline.layout.model_name("preprocess"): drift.Reference.from_features(image_batches),
         pipeline.layout.model_name("postprocess"): drift.Reference.from_features(output_batches),
     }
-    return ServedRun(references, images, refused)
+    return ServedRun(references, images, refused, skipped)
 
 
 def _read_files(photos: PhotoSet, unreadable: list[tuple[str, str]]) -> Iterator[tuple[str, bytes]]:
@@ -259,6 +279,9 @@ def build(
         run, what, origin, extra = _held_out_run(pipeline, served, sources, count)
     else:
         run, what, origin, extra = _user_photos_run(pipeline, served, chosen, needed, log)
+    if run.skipped:
+        name, reason = run.skipped[0]
+        log(f"left out {len(run.skipped)} image(s) the served pipeline refuses, as it refuses them (first: {name}: {reason})")
     record = {
         "pipeline": pipeline.name,
         "core_version": version_dir.name,
