@@ -90,7 +90,7 @@ def openvino_core(config: ModelConfig, version_dir: Path) -> Core:
 
 
 def openvino_settings(config: ModelConfig) -> object:
-    from .openvino_core import compile_properties
+    from .openvino_settings import compile_properties
 
     return compile_properties(config)
 

@@ -161,7 +161,7 @@ for module in modules:
         facts[module].update(parsers=parsers(captured.parser), forwards=captured.forwards)
     except BaseException as error:
         facts[module]["error"] = f"{type(error).__name__}: {error}"
-print("\nPROBE " + json.dumps({"clis": facts, "heavy": sorted({m.split('.')[0] for m in sys.modules} & heavy)}))
+print("\nPROBE " + json.dumps({"clis": facts, "heavy": sorted({m.split('.')[0] for m, v in sys.modules.items() if v is not None} & heavy)}))
 """
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -139,3 +140,23 @@ def test_the_unit_tier_collects_and_runs_its_hooks_where_onnx_and_tritonserver_a
     assert found["asked"] == [], f"the unit tier's collection imports {found['asked']}"
     assert found["code"] == pytest.ExitCode.NO_TESTS_COLLECTED, "\n".join(output[-40:])  # collected, all deselected; no error
     assert re.search(r"\b(\d{3,}) deselected\b", "\n".join(output)), "\n".join(output[-40:])
+
+
+# A sitecustomize that makes the ONNX runtimes and graph libraries unimportable in an interpreter and its subprocesses.
+BLOCKER = "import sys\nfor name in {names!r}:\n    sys.modules[name] = None\n"
+# The tests that run unit modules in subprocesses of their own (each is run where it is, not again in there).
+SUBPROCESS_TIERS = ("test_tier.py", "test_new_task.py", "test_user_pipeline.py")
+
+
+def test_the_unit_tier_passes_where_onnx_cannot_import(tmp_path):
+    """The README's promise run as it reads: every unit test passes in an interpreter (and its subprocesses) where onnx,
+    onnxruntime, OpenVINO, onnx-graphsurgeon and TensorRT cannot be imported."""
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER.format(names=HEAVY))
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    blocked = subprocess.run([sys.executable, "-c", "import onnx"], capture_output=True, text=True, env=environment, timeout=60)
+    assert blocked.returncode != 0 and "halted" in blocked.stderr
+    ignored = [f"--ignore={UNIT / name}" for name in SUBPROCESS_TIERS]
+    arguments = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(UNIT), *ignored]
+    completed = subprocess.run(arguments, capture_output=True, text=True, cwd=ROOT, env=environment, timeout=1200)
+    assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-2000:]
+    assert " passed" in completed.stdout.strip().splitlines()[-1]

@@ -12,7 +12,8 @@ import pytest
 from tests.support.pipelines import built_classifier
 from vision_serving import core_model, cpu_core, cpu_runtimes, layout, model_config
 from vision_serving.onnx_core import OnnxCore
-from vision_serving.openvino_core import OpenVinoCore, compile_properties
+from vision_serving.openvino_core import OpenVinoCore
+from vision_serving.openvino_settings import compile_properties
 
 CLASSIFIER = layout.pipeline("image_classifier")
 
