@@ -394,12 +394,20 @@ def test_the_drift_reference_is_built_tiled_and_its_own_photos_raise_no_drift(re
     core_dir = drift.served_version_dir(pipeline.layout.model_dir("core"))
     assert core_dir is not None
     reference = drift.load_reference(core_dir / drift.DriftSettings().reference, postprocess.name)
-    settings = drift.DriftSettings(window=len(samples), min_samples=len(samples), update_every=len(samples))
-    monitor = drift.DriftMonitor(reference, settings, background=False)
     served = ServedPipeline.load(pipeline.configs, "cpu")
-    for start in range(0, len(samples), 16):
-        monitor.observe(served.run([sample.data for sample in samples[start : start + 16]]).features())
+    answered = []
+    for sample in samples:  # one photo per request, as clients send them
+        try:
+            answered.append(served.run([sample.data]).features())
+        except ValueError:  # the server refuses it too (a photo past max_tiles): never in the traffic
+            continue
+    assert len(answered) >= 0.9 * len(samples)
+    settings = drift.DriftSettings(window=len(answered), update_every=len(answered))  # the served min_samples
+    monitor = drift.DriftMonitor(reference, settings, background=False)
+    for features in answered:
+        monitor.observe(features)
     report = monitor.latest()
-    assert report is not None and report.samples == len(samples)
-    p_values = {name: result.p_value for name, result in report.results.items()}
-    assert p_values and all(p is not None and p > 0.05 for p in p_values.values()), p_values
+    assert report is not None and report.samples == len(answered)
+    # A feature with fewer values than min_samples is not tested (confidence: the photos with a detection).
+    p_values = {name: result.p_value for name, result in report.results.items() if result.p_value is not None}
+    assert "detections" in p_values and all(p > 0.05 for p in p_values.values()), p_values
