@@ -43,7 +43,9 @@ OBB_HEIGHT, OBB_WIDTH, OBB_OBJECTS = 512, 640, 8
 SEGMENT_NAME = "discs_tiled"
 # Square: the full view is then not letterboxed (SAHI stretches a letterboxed view's masks over the padding).
 SEGMENT_SIZE, SEGMENT_OBJECTS = 640, 12
-MIN_MASK_IOU = 0.99  # measured: 0.998 (one merged mask), every other 1.0
+# Measured: every unmerged mask 1.0; a mask merged from tile parts 0.998 with one training of the tests' model, 0.970
+# with another (SAHI rasterizes a merged mask from its polygons): the models issue's bar for masks, 0.95.
+MIN_MASK_IOU = 0.95
 # The share of segment detections matched (measured 45 of 48 with one training of the tests' model, 39 of 43 with
 # another): SAHI matches tile parts by their masks' extents, so a cut shape can make one group more or less.
 MIN_SEGMENT_MATCHED = 0.85
